@@ -1,0 +1,29 @@
+"""training-platform: an EKS platform for distributed GPU training on Kubeflow Trainer v2.
+
+Reads like a table of contents: config -> settings -> AWS components -> Kubernetes objects.
+"""
+
+import pulumi
+
+from infra.cluster import Cluster
+from infra.config_schema import ConfigError
+from infra.network import Network
+from infra.settings import load_settings
+from infra.stack_config import aws_region, project_config
+
+try:
+    settings = load_settings(project_config(), stack=pulumi.get_stack(), region=aws_region())
+except ConfigError as err:  # nothing has been registered yet
+    raise pulumi.RunError(str(err)) from None
+
+tags = {"project": "training-platform", "stack": settings.stack, "managed-by": "pulumi"}
+
+network = Network("net", settings=settings.network, cluster_name=settings.cluster_name, tags=tags)
+cluster = Cluster("eks", settings=settings, network=network, tags=tags)
+
+pulumi.export("clusterName", cluster.name)
+pulumi.export("kubeconfig", cluster.kubeconfig)
+pulumi.export("vpcId", network.vpc_id)
+pulumi.export("privateSubnetIds", network.private_subnet_ids)
+pulumi.export("publicSubnetIds", network.public_subnet_ids)
+pulumi.export("nodeGroupNames", [cluster._node_group_name(k) for k in cluster.node_groups])

@@ -1,0 +1,338 @@
+"""Run the Pulumi program under Pulumi's mock runtime and record what it registers.
+
+This is the one harness behind ``make render`` and the tests. It uses
+``pulumi.runtime.set_mocks`` (Pulumi's documented unit-test mode) with a monitor that
+
+* records every registration: URN, type, name, parent, explicit dependencies and the inputs
+  exactly as the engine receives them (resource references as ``{urn, id}``, secrets masked);
+* never re-creates resource objects on its worker thread: the stock monitor deserializes
+  resource references there, which binds them to the wrong event loop and hangs or fails the
+  program. Here the protobuf struct is decoded to plain data instead;
+* answers the provider functions the program calls (AZs, caller identity, partition) and
+  returns plausible outputs for each resource type, including the remote ``eks`` components.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import runpy
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+from google.protobuf import json_format
+from pulumi.runtime import mocks as pmocks
+from pulumi.runtime import rpc
+from pulumi.runtime import settings as psettings
+from pulumi.runtime.proto import resource_pb2
+from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.sync_await import _sync_await
+
+ACCOUNT = "123456789012"
+UNKNOWN = rpc.UNKNOWN
+SECRET_MASK = "[secret]"
+
+
+class _Secret:
+    def __init__(self, value: Any):
+        self.value = value
+
+
+def _decode(value: Any) -> Any:
+    """Protobuf JSON -> plain data; resource refs become {urn, id}, secrets are wrapped."""
+    if isinstance(value, dict):
+        sig = value.get(rpc._special_sig_key)
+        if sig == rpc._special_resource_sig:
+            return {"urn": value.get("urn"), "id": value.get("id")}
+        if sig == rpc._special_secret_sig:
+            return _Secret(_decode(value.get("value")))
+        if sig == rpc._special_output_value_sig:
+            inner = _decode(value.get("value")) if "value" in value else None
+            return _Secret(inner) if value.get("secret") else inner
+        if sig in (rpc._special_asset_sig, rpc._special_archive_sig):
+            return {k: v for k, v in value.items() if k != rpc._special_sig_key}
+        return {k: _decode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if value == UNKNOWN:
+        return None
+    return value
+
+
+def _plain(value: Any, mask: bool) -> Any:
+    if isinstance(value, _Secret):
+        return SECRET_MASK if mask else _plain(value.value, mask)
+    if isinstance(value, dict):
+        return {k: _plain(v, mask) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v, mask) for v in value]
+    return value
+
+
+@dataclass
+class Registration:
+    urn: str
+    type: str
+    name: str
+    parent: str | None
+    custom: bool
+    inputs: dict
+    depends_on: list[str]
+    provider: str | None
+    state: dict = field(default_factory=dict)
+
+    def to_plan(self) -> dict:
+        return {
+            "urn": self.urn,
+            "type": self.type,
+            "name": self.name,
+            "parent": self.parent,
+            "inputs": self.inputs,
+            "dependsOn": self.depends_on,
+        }
+
+
+def _short_id(*parts: str) -> str:
+    return hashlib.sha1("/".join(parts).encode()).hexdigest()[:17]
+
+
+class PlanMocks(pmocks.Mocks):
+    """Outputs for each resource type, and answers to provider functions."""
+
+    def __init__(self, region: str):
+        self.region = region
+
+    def call(self, args: pmocks.MockCallArgs):
+        tok = args.token
+        if tok == "aws:index/getAvailabilityZones:getAvailabilityZones":
+            names = [f"{self.region}{c}" for c in "abcdef"]
+            return {"names": names, "zoneIds": [f"usw2-az{i}" for i in range(1, 7)], "id": self.region}
+        if tok == "aws:index/getCallerIdentity:getCallerIdentity":
+            return {"accountId": ACCOUNT, "arn": f"arn:aws:iam::{ACCOUNT}:user/render", "userId": "AIDRENDER", "id": ACCOUNT}
+        if tok == "aws:index/getPartition:getPartition":
+            return {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"}
+        if tok == "aws:ec2/getSubnet:getSubnet":
+            sid = args.args.get("id", "")
+            return {"id": sid, "availabilityZone": f"{self.region}{'abc'[int(_short_id(sid), 16) % 3]}", "vpcId": "vpc-0"}
+        if tok == "aws:index/getRegion:getRegion":
+            return {"name": self.region, "region": self.region, "id": self.region}
+        return {}
+
+    def new_resource(self, args: pmocks.MockResourceArgs):
+        inputs = dict(args.inputs)
+        typ, name = args.typ, args.name
+        rid = f"{name}-{_short_id(typ, name)}"
+        prefixes = {
+            "aws:ec2/vpc:Vpc": "vpc-",
+            "aws:ec2/subnet:Subnet": "subnet-",
+            "aws:ec2/securityGroup:SecurityGroup": "sg-",
+            "aws:ec2/natGateway:NatGateway": "nat-",
+            "aws:ec2/internetGateway:InternetGateway": "igw-",
+            "aws:ec2/routeTable:RouteTable": "rtb-",
+            "aws:ec2/eip:Eip": "eipalloc-",
+            "aws:ec2/placementGroup:PlacementGroup": "pg-",
+            "aws:fsx/lustreFileSystem:LustreFileSystem": "fs-",
+            "aws:efs/fileSystem:FileSystem": "fs-",
+        }
+        if typ in prefixes:
+            rid = prefixes[typ] + _short_id(typ, name)
+        state = dict(inputs)
+        service = typ.split(":")[1].split("/")[0] if typ.startswith("aws:") else ""
+        if typ.startswith("aws:"):
+            state.setdefault("arn", f"arn:aws:{service}:{self.region}:{ACCOUNT}:{typ.split(':')[-1].lower()}/{rid}")
+            state.setdefault("name", inputs.get("name", name))
+        if typ == "aws:iam/role:Role":
+            state["arn"] = f"arn:aws:iam::{ACCOUNT}:role/{state['name']}"
+        if typ == "aws:iam/policy:Policy":
+            state["arn"] = f"arn:aws:iam::{ACCOUNT}:policy/{state['name']}"
+        if typ == "aws:sqs/queue:Queue":
+            state["url"] = f"https://sqs.{self.region}.amazonaws.com/{ACCOUNT}/{state['name']}"
+            state["arn"] = f"arn:aws:sqs:{self.region}:{ACCOUNT}:{state['name']}"
+        if typ == "aws:fsx/lustreFileSystem:LustreFileSystem":
+            state.update(dnsName=f"{rid}.fsx.{self.region}.amazonaws.com", mountName="abcdefgh")
+        if typ == "eks:index:Cluster":
+            state.update(_eks_cluster_outputs(inputs, self.region))
+        if typ == "eks:index:ManagedNodeGroup":
+            ng_name = inputs.get("nodeGroupName", name)
+            state["nodeGroup"] = _ChildResource("aws:eks/nodeGroup:NodeGroup", f"{name}-nodeGroup", ng_name, {"nodeGroupName": ng_name, "arn": f"arn:aws:eks:{self.region}:{ACCOUNT}:nodegroup/{ng_name}"})
+        if typ == "kubernetes:helm.sh/v3:Release":
+            state.setdefault("status", {"name": inputs.get("name", name), "namespace": inputs.get("namespace"), "status": "deployed"})
+        return rid, state
+
+
+def _eks_cluster_outputs(inputs: dict, region: str) -> dict:
+    name = inputs.get("name") or "cluster"
+    endpoint = f"https://{_short_id(name).upper()}.gr7.{region}.eks.amazonaws.com"
+    issuer = f"https://oidc.eks.{region}.amazonaws.com/id/{_short_id('oidc', name).upper()}"
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": name, "cluster": {"server": endpoint, "certificate-authority-data": "UkVOREVSRUQ="}}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+        "current-context": name,
+        "users": [{"name": name, "user": {"exec": {"apiVersion": "client.authentication.k8s.io/v1beta1", "command": "aws", "args": ["eks", "get-token", "--cluster-name", name]}}}],
+    }
+    cluster_sg = "sg-" + _short_id("cluster-sg", name)
+    eks_cluster = {
+        "name": name,
+        "arn": f"arn:aws:eks:{region}:{ACCOUNT}:cluster/{name}",
+        "endpoint": endpoint,
+        "version": inputs.get("version"),
+        "vpcConfig": {"clusterSecurityGroupId": cluster_sg, "subnetIds": inputs.get("privateSubnetIds"), "vpcId": inputs.get("vpcId")},
+        "identities": [{"oidcs": [{"issuer": issuer}]}],
+    }
+    return {
+        "kubeconfig": kubeconfig,
+        "kubeconfigJson": json.dumps(kubeconfig),
+        "clusterSecurityGroupId": "sg-" + _short_id("eks-extra-sg", name),
+        "nodeSecurityGroupId": "sg-" + _short_id("node-sg", name),
+        "eksClusterSecurityGroupId": cluster_sg,
+        "oidcProviderArn": f"arn:aws:iam::{ACCOUNT}:oidc-provider/{issuer[8:]}",
+        "oidcProviderUrl": issuer[8:],
+        "oidcIssuer": issuer,
+        "eksCluster": _ChildResource("aws:eks/cluster:Cluster", f"{name}-eksCluster", name, eks_cluster),
+        "core": {"cluster": _ChildResource("aws:eks/cluster:Cluster", f"{name}-eksCluster", name, eks_cluster), "endpoint": endpoint},
+    }
+
+
+@dataclass
+class _ChildResource:
+    """A resource a remote component creates inside the engine: returned as a reference."""
+
+    type: str
+    name: str
+    id: str
+    state: dict
+
+
+class RecordingMonitor(pmocks.MockMonitor):
+    """MockMonitor that records registrations and decodes inputs without rebuilding resources."""
+
+    def __init__(self, mocks: PlanMocks):
+        super().__init__(mocks)
+        self.registrations: list[Registration] = []
+
+    def RegisterResource(self, request):
+        urn = self.make_urn(request.parent, request.type, request.name)
+        if request.type == "pulumi:pulumi:Stack":
+            return resource_pb2.RegisterResourceResponse(urn=urn)
+        raw = _decode(json_format.MessageToDict(request.object, preserving_proto_field_name=True))
+        args = pmocks.MockResourceArgs(
+            typ=request.type,
+            name=request.name,
+            inputs=_plain(raw, mask=False),
+            provider=request.provider,
+            resource_id=request.importId,
+            custom=request.custom or False,
+        )
+        rid, state = self.mocks.new_resource(args)
+        state = self._materialize_children(urn, state)
+        if not request.custom:
+            rid = ""
+        reg = Registration(
+            urn=urn,
+            type=request.type,
+            name=request.name,
+            parent=request.parent or None,
+            custom=bool(request.custom),
+            inputs=_plain(raw, mask=True),
+            depends_on=list(request.dependencies),
+            provider=request.provider or None,
+            state=state,
+        )
+        self.registrations.append(reg)
+        self.resources[urn] = pmocks.MockMonitor.ResourceRegistration(urn, rid, state)
+        obj = _sync_await(rpc.serialize_properties(state, {}))
+        return resource_pb2.RegisterResourceResponse(urn=urn, id=rid, object=obj)
+
+    def _materialize_children(self, parent_urn: str, value: Any) -> Any:
+        if isinstance(value, _ChildResource):
+            urn = self.make_urn(parent_urn, value.type, value.name)
+            self.resources[urn] = pmocks.MockMonitor.ResourceRegistration(urn, value.id, value.state)
+            return {rpc._special_sig_key: rpc._special_resource_sig, "urn": urn, "id": value.id}
+        if isinstance(value, dict):
+            return {k: self._materialize_children(parent_urn, v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._materialize_children(parent_urn, v) for v in value]
+        return value
+
+
+@dataclass
+class ProgramRun:
+    stack: str
+    registrations: list[Registration]
+    outputs: dict[str, Any]
+
+    def plan(self) -> dict:
+        return {"stack": self.stack, "resources": [r.to_plan() for r in self.registrations]}
+
+    def by_type(self, typ: str) -> list[Registration]:
+        return [r for r in self.registrations if r.type == typ]
+
+    def one(self, typ: str, name: str | None = None) -> Registration:
+        found = [r for r in self.by_type(typ) if name is None or r.name == name]
+        if len(found) != 1:
+            raise LookupError(f"expected one {typ} {name or ''}, found {len(found)}")
+        return found[0]
+
+
+def _config_map(project: str, project_file: dict, stack_file: dict) -> tuple[dict[str, str], list[str]]:
+    """Project defaults from Pulumi.yaml, then the stack file, as the CLI hands them over."""
+    config: dict[str, Any] = {}
+    for key, decl in (project_file.get("config") or {}).items():
+        full = key if ":" in key else f"{project}:{key}"
+        if isinstance(decl, dict) and "default" in decl:
+            config[full] = decl["default"]
+        elif isinstance(decl, dict) and "value" in decl:
+            config[full] = decl["value"]
+    secrets = []
+    for key, value in (stack_file.get("config") or {}).items():
+        full = key if ":" in key else f"{project}:{key}"
+        if isinstance(value, dict) and set(value) == {"secure"}:
+            secrets.append(full)
+            value = "[secret]"
+        config[full] = value
+    as_strings = {k: v if isinstance(v, str) else json.dumps(v) for k, v in config.items()}
+    return as_strings, secrets
+
+
+def run_program(project_dir: str, stack: str, stack_config: dict | None = None) -> ProgramRun:
+    """Run ``__main__.py`` of the project for ``stack`` under mocks; return what it registered.
+
+    ``stack_config`` replaces ``Pulumi.<stack>.yaml`` (tests use it for other configurations).
+    Errors raised by the program (bad config included) propagate.
+    """
+    import yaml
+
+    project_file = yaml.safe_load(open(os.path.join(project_dir, "Pulumi.yaml")))
+    project = project_file["name"]
+    if stack_config is None:
+        path = os.path.join(project_dir, f"Pulumi.{stack}.yaml")
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"no stack file Pulumi.{stack}.yaml")
+        stack_config = yaml.safe_load(open(path)) or {}
+    config, secret_keys = _config_map(project, project_file, stack_config)
+    region = config.get("aws:region", "us-west-2")
+
+    monitor = RecordingMonitor(PlanMocks(region))
+    psettings.ROOT.set(None)
+    pulumi.runtime.set_all_config(config, secret_keys)
+    pmocks.set_mocks(monitor.mocks, project=project, stack=stack, preview=False, monitor=monitor)
+    root = psettings.get_root_resource()
+
+    if project_dir not in sys.path:
+        sys.path.insert(0, project_dir)
+    main = os.path.join(project_dir, "__main__.py")
+    psettings.SETTINGS.rpc_manager.clear()
+    psettings.SETTINGS.outputs.clear()
+    _sync_await(run_pulumi_func(lambda: runpy.run_path(main, run_name="__main__")))
+
+    outputs = {}
+    for key, out in getattr(root, "outputs", {}).items():
+        outputs[key] = _sync_await(pulumi.Output.from_input(out).future())
+    return ProgramRun(stack=stack, registrations=monitor.registrations, outputs=outputs)

@@ -1,0 +1,42 @@
+"""Every external version the platform deploys, in one place.
+
+Python packages are pinned in ``requirements.txt`` (tooling) and ``workloads/requirements.txt``
+(the training image); everything that runs in the cluster is pinned here.
+"""
+
+# EKS
+KUBERNETES_VERSIONS = ("1.32", "1.33", "1.34", "1.35")
+DEFAULT_KUBERNETES_VERSION = "1.34"
+# AL2023 AMI alias for Karpenter GPU nodes (EC2NodeClass amiSelectorTerms alias). Pinned, not @latest.
+GPU_NODE_AMI_ALIAS = "al2023@v20261105"
+
+# Karpenter (self-managed mode)
+KARPENTER_CHART = "oci://public.ecr.aws/karpenter/karpenter"
+KARPENTER_VERSION = "1.14.1"
+
+# Device plugins
+NVIDIA_DEVICE_PLUGIN_REPO = "https://nvidia.github.io/k8s-device-plugin"
+NVIDIA_DEVICE_PLUGIN_CHART = "nvidia-device-plugin"
+NVIDIA_DEVICE_PLUGIN_VERSION = "0.20.0"
+EFA_DEVICE_PLUGIN_REPO = "https://aws.github.io/eks-charts"
+EFA_DEVICE_PLUGIN_CHART = "aws-efa-k8s-device-plugin"
+EFA_DEVICE_PLUGIN_VERSION = "0.5.30"
+
+# Kubeflow Trainer: chart version per supported release, and the JobSet each bundles.
+TRAINER_CHART = "oci://ghcr.io/kubeflow/charts/kubeflow-trainer"
+TRAINER_VERSIONS = {
+    "v2.3.0": {"chart": "2.3.0", "jobset": "v0.12.0"},
+    "v2.1.0": {"chart": "2.1.0", "jobset": "v0.10.1"},
+}
+DEFAULT_TRAINER_VERSION = "v2.3.0"
+# v2.1.0 shipped a staging JobSet image that no longer resolves; pin the release image.
+JOBSET_IMAGE_REPOSITORY = "registry.k8s.io/jobset/jobset"
+
+# EKS add-ons for checkpoint storage (CSI drivers); versions as published for EKS 1.34.
+FSX_CSI_ADDON_VERSION = "v1.7.0-eksbuild.1"
+EFS_CSI_ADDON_VERSION = "v2.1.13-eksbuild.1"
+POD_IDENTITY_ADDON_VERSION = "v1.3.9-eksbuild.3"
+
+# Training image built from workloads/Dockerfile (`make image`); publish it to your registry
+# and set trainjobs.<job>.image, or keep this default if you use the project's published image.
+WORKLOAD_IMAGE = "ghcr.io/training-platform/workloads:0.1.0"
