@@ -6,10 +6,12 @@ Reads like a table of contents: config -> settings -> AWS components -> Kubernet
 import pulumi
 
 from infra.cluster import Cluster
+from infra.gpu_aws import GpuAws
 from infra.config_schema import ConfigError
 from infra.network import Network
 from infra.settings import load_settings
 from infra.stack_config import aws_region, project_config
+from k8s.gpu_capacity import GpuCapacity
 
 try:
     settings = load_settings(project_config(), stack=pulumi.get_stack(), region=aws_region())
@@ -20,6 +22,8 @@ tags = {"project": "training-platform", "stack": settings.stack, "managed-by": "
 
 network = Network("net", settings=settings.network, cluster_name=settings.cluster_name, tags=tags)
 cluster = Cluster("eks", settings=settings, network=network, tags=tags)
+gpu_aws = GpuAws("gpu", settings=settings, cluster=cluster, vpc_id=network.vpc_id, tags=tags)
+capacity = GpuCapacity("gpu", settings=settings, gpu_aws=gpu_aws, cluster_name=cluster.name, provider=cluster.provider, tags=tags)
 
 pulumi.export("clusterName", cluster.name)
 pulumi.export("kubeconfig", cluster.kubeconfig)

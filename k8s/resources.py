@@ -1,0 +1,44 @@
+"""The one place a Kubernetes manifest (a plain dict built by a pure function) becomes a
+Pulumi resource. Built-in kinds use the typed pulumi-kubernetes classes, everything else
+``CustomResource``; both take the manifest's fields unchanged."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+# apiVersion group -> pulumi_kubernetes module for built-in kinds this project emits.
+_BUILTIN_GROUPS = {
+    "v1": ("core", "v1"),
+    "apps/v1": ("apps", "v1"),
+    "storage.k8s.io/v1": ("storage", "v1"),
+    "rbac.authorization.k8s.io/v1": ("rbac", "v1"),
+    "scheduling.k8s.io/v1": ("scheduling", "v1"),
+    "policy/v1": ("policy", "v1"),
+    "batch/v1": ("batch", "v1"),
+}
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def resource_name(manifest: dict[str, Any]) -> str:
+    """Pulumi logical name: <kind>-[<namespace>-]<name>, the same as the rendered file name."""
+    meta = manifest["metadata"]
+    parts = [manifest["kind"].lower()] + ([meta["namespace"]] if meta.get("namespace") else []) + [meta["name"]]
+    return "-".join(parts)
+
+
+def apply_manifest(manifest: dict[str, Any], opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
+    api_version, kind = manifest["apiVersion"], manifest["kind"]
+    name = resource_name(manifest)
+    fields = {k: v for k, v in manifest.items() if k not in ("apiVersion", "kind")}
+    if api_version in _BUILTIN_GROUPS:
+        group, version = _BUILTIN_GROUPS[api_version]
+        cls = getattr(getattr(getattr(k8s, group), version), kind)
+        return cls(name, opts=opts, **{_snake(k): v for k, v in fields.items()})
+    return k8s.apiextensions.CustomResource(name, api_version=api_version, kind=kind, opts=opts, **fields)

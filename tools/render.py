@@ -1,0 +1,107 @@
+"""Offline render: run the program for a stack under the mock runtime and write
+``out/<stack>/plan.json`` and one YAML file per Kubernetes object in ``out/<stack>/manifests``.
+
+Usage: python -m tools.render --stack dev [--out out]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import logging
+import os
+import shutil
+import sys
+
+import yaml
+
+from tools.mock_runtime import ProgramRun, run_program
+
+PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NOT_MANIFESTS = ("pulumi:providers:", "kubernetes:helm.sh/")
+
+
+def manifests(run: ProgramRun) -> dict[str, dict]:
+    """File name -> Kubernetes object for every object the program declares directly."""
+    out = {}
+    for reg in run.registrations:
+        if not reg.custom or not reg.type.startswith("kubernetes:") or reg.type.startswith(NOT_MANIFESTS):
+            continue
+        obj = _canonical({k: v for k, v in reg.inputs.items() if not k.startswith("__")})
+        meta = obj.get("metadata") or {}
+        parts = [str(obj.get("kind", "")).lower()] + ([meta["namespace"]] if meta.get("namespace") else []) + [str(meta.get("name", reg.name))]
+        out["-".join(parts) + ".yaml"] = obj
+    return out
+
+
+_HEAD = ("apiVersion", "kind", "metadata")
+
+
+def _sorted(value):
+    if isinstance(value, dict):
+        return {k: _sorted(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted(v) for v in value]
+    return value
+
+
+def _canonical(obj: dict) -> dict:
+    """apiVersion, kind, metadata first, then the rest; nested keys sorted (stable diffs)."""
+    head = {k: _sorted(obj[k]) for k in _HEAD if k in obj}
+    return {**head, **{k: _sorted(obj[k]) for k in sorted(obj) if k not in _HEAD}}
+
+
+def write(run: ProgramRun, out_dir: str) -> dict[str, dict]:
+    stack_dir = os.path.join(out_dir, run.stack)
+    if os.path.isdir(stack_dir):
+        shutil.rmtree(stack_dir)
+    os.makedirs(os.path.join(stack_dir, "manifests"))
+    with open(os.path.join(stack_dir, "plan.json"), "w") as fh:
+        json.dump(run.plan(), fh, indent=2, sort_keys=False)
+        fh.write("\n")
+    objs = manifests(run)
+    for fname, obj in objs.items():
+        with open(os.path.join(stack_dir, "manifests", fname), "w") as fh:
+            yaml.safe_dump(obj, fh, sort_keys=False)
+    return objs
+
+
+class _Collect(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--stack", default="dev")
+    ap.add_argument("--out", default=os.path.join(PROJECT_DIR, "out"))
+    args = ap.parse_args(argv)
+    collect = _Collect()
+    logging.getLogger().addHandler(collect)
+    try:
+        run = run_program(PROJECT_DIR, args.stack)
+    except Exception as err:  # the program's own error: print its message, write nothing
+        print(f"render: {args.stack}: {_message(err)}", file=sys.stderr)
+        return 2
+    objs = write(run, args.out)
+    counts = collections.Counter(r.type for r in run.registrations)
+    print(f"render: stack={args.stack} resources={len(run.registrations)} manifests={len(objs)} -> {os.path.join(args.out, args.stack)}")
+    for typ, n in sorted(counts.items()):
+        print(f"  {n:4d}  {typ}")
+    for msg in collect.messages:
+        print(f"warning: {msg}")
+    return 0
+
+
+def _message(err: BaseException) -> str:
+    text = str(err)
+    return text.splitlines()[-1] if text else type(err).__name__
+
+
+if __name__ == "__main__":
+    sys.exit(main())
