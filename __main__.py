@@ -6,8 +6,8 @@ Reads like a table of contents: config -> settings -> AWS components -> Kubernet
 import pulumi
 
 from infra.cluster import Cluster
-from infra.gpu_aws import GpuAws
 from infra.config_schema import ConfigError
+from infra.gpu_aws import GpuAws
 from infra.network import Network
 from infra.settings import load_settings
 from infra.stack_config import aws_region, project_config

@@ -15,11 +15,12 @@ import difflib
 import re
 import types
 import typing
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 PROJECT = "training-platform"
 
-Check = Callable[[Any], Optional[str]]
+Check = Callable[[Any], str | None]
 
 
 class ConfigError(ValueError):

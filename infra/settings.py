@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any
 
 import versions
 from infra import catalog
@@ -118,7 +119,7 @@ class NetworkSettings:
         [], "explicit AZ names; empty = the region's first azCount zones", check=_pattern(_AZ_RE, "AZ names such as us-west-2a")
     )
     nat_gateways: str = opt("single", "one shared NAT gateway, or one per AZ", choices=("single", "perAz"))
-    vpc_id: Optional[str] = opt(None, "bring your own VPC: its id (then give the subnet ids)", check=_pattern(re.compile(r"^vpc-[0-9a-f]{8,17}$"), "a VPC id such as vpc-0abc12345def67890"))
+    vpc_id: str | None = opt(None, "bring your own VPC: its id (then give the subnet ids)", check=_pattern(re.compile(r"^vpc-[0-9a-f]{8,17}$"), "a VPC id such as vpc-0abc12345def67890"))
     private_subnet_ids: list[str] = opt([], "existing private subnets (with vpcId)", check=_pattern(re.compile(r"^subnet-[0-9a-f]{8,17}$"), "subnet ids such as subnet-0abc1234"))
     public_subnet_ids: list[str] = opt([], "existing public subnets (with vpcId)", check=_pattern(re.compile(r"^subnet-[0-9a-f]{8,17}$"), "subnet ids such as subnet-0abc1234"))
 
@@ -145,13 +146,13 @@ class NetworkSettings:
 
 @dataclass(frozen=True)
 class ClusterSettings:
-    name: Optional[str] = opt(None, "EKS cluster name (physical); unset = training-platform-<stack>", check=_pattern(_CLUSTER_NAME_RE, "1-100 letters, digits, '-' or '_', starting with a letter or digit"))
+    name: str | None = opt(None, "EKS cluster name (physical); unset = training-platform-<stack>", check=_pattern(_CLUSTER_NAME_RE, "1-100 letters, digits, '-' or '_', starting with a letter or digit"))
     version: str = opt(versions.DEFAULT_KUBERNETES_VERSION, "Kubernetes version", choices=versions.KUBERNETES_VERSIONS)
     endpoint_public_access: bool = opt(False, "also expose the API server publicly, restricted to publicAccessCidrs (the private endpoint is always on)")
     public_access_cidrs: list[str] = opt([], "CIDRs allowed to reach the public endpoint (required when it is on)", check=_cidr_list)
     allow_public_access_from_anywhere: bool = opt(False, "explicitly allow 0.0.0.0/0 on the public endpoint")
     admin_principal_arns: list[str] = opt([], "IAM roles/users granted cluster-admin through access entries", check=_pattern(_ARN_PRINCIPAL_RE, "IAM role or user ARNs such as arn:aws:iam::123456789012:role/Admin"))
-    secrets_kms_key_arn: Optional[str] = opt(None, "customer KMS key for envelope encryption of Secrets", check=_pattern(_KMS_ARN_RE, "a KMS key ARN"))
+    secrets_kms_key_arn: str | None = opt(None, "customer KMS key for envelope encryption of Secrets", check=_pattern(_KMS_ARN_RE, "a KMS key ARN"))
 
     def validate(self, path: str) -> None:
         if self.endpoint_public_access:
@@ -246,7 +247,7 @@ class GpuPoolSettings:
 @dataclass(frozen=True)
 class EfaSettings:
     enabled: bool = opt(False, "EFA device plugin and an EFA NodePool for multi-node jobs")
-    availability_zone: Optional[str] = opt(None, "the one AZ EFA nodes run in (required when enabled)", check=_pattern(_AZ_RE, "an AZ name such as us-west-2a"))
+    availability_zone: str | None = opt(None, "the one AZ EFA nodes run in (required when enabled)", check=_pattern(_AZ_RE, "an AZ name such as us-west-2a"))
     instance_types: list[str] = opt(["p5.48xlarge"], "EFA-capable instance types for the EFA pool", check=_in_catalog)
 
     def validate(self, path: str) -> None:
@@ -298,10 +299,10 @@ class DdpJobSettings:
     enabled: bool = opt(False, "create the DDP (MNIST) TrainJob")
     num_nodes: int = opt(2, "nodes (pods) in the job", check=_range(1, 1000))
     instance_type: str = opt("g5.xlarge", "GPU instance type of each node", check=_in_catalog)
-    gpus_per_node: Optional[int] = opt(None, "GPUs (processes) per node; unset = all GPUs of the type", check=_range(1))
+    gpus_per_node: int | None = opt(None, "GPUs (processes) per node; unset = all GPUs of the type", check=_range(1))
     epochs: int = opt(3, "training epochs", check=_range(1, 10000))
     image: str = opt(versions.WORKLOAD_IMAGE, "training image (workloads/Dockerfile)", check=_IMAGE_CHECK)
-    availability_zone: Optional[str] = opt(None, "pin the job's nodes to one AZ", check=_pattern(_AZ_RE, "an AZ name such as us-west-2a"))
+    availability_zone: str | None = opt(None, "pin the job's nodes to one AZ", check=_pattern(_AZ_RE, "an AZ name such as us-west-2a"))
     extra_args: list[str] = opt([], "extra command-line arguments for the training program")
     validate = _job_validate
 
@@ -311,10 +312,10 @@ class FsdpJobSettings:
     enabled: bool = opt(False, "create the FSDP (T5) TrainJob")
     num_nodes: int = opt(2, "nodes (pods) in the job", check=_range(1, 1000))
     instance_type: str = opt("g5.12xlarge", "GPU instance type of each node", check=_in_catalog)
-    gpus_per_node: Optional[int] = opt(None, "GPUs (processes) per node; unset = all GPUs of the type", check=_range(1))
+    gpus_per_node: int | None = opt(None, "GPUs (processes) per node; unset = all GPUs of the type", check=_range(1))
     epochs: int = opt(1, "training epochs", check=_range(1, 10000))
     image: str = opt(versions.WORKLOAD_IMAGE, "training image (workloads/Dockerfile)", check=_IMAGE_CHECK)
-    availability_zone: Optional[str] = opt(None, "pin the job's nodes to one AZ", check=_pattern(_AZ_RE, "an AZ name such as us-west-2a"))
+    availability_zone: str | None = opt(None, "pin the job's nodes to one AZ", check=_pattern(_AZ_RE, "an AZ name such as us-west-2a"))
     extra_args: list[str] = opt([], "extra command-line arguments for the training program")
     model: str = opt("google-t5/t5-large", "Hugging Face model id to fine-tune", check=_pattern(re.compile(r"^[\w.-]+(/[\w.-]+)?$"), "a model id such as google-t5/t5-large"))
     validate = _job_validate

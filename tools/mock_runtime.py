@@ -262,6 +262,14 @@ class RecordingMonitor(pmocks.MockMonitor):
         return value
 
 
+class ProgramError(Exception):
+    """The program failed; ``registrations`` holds what it had registered by then."""
+
+    def __init__(self, message: str, registrations: list[Registration]):
+        super().__init__(message)
+        self.registrations = registrations
+
+
 @dataclass
 class ProgramRun:
     stack: str
@@ -305,7 +313,7 @@ def run_program(project_dir: str, stack: str, stack_config: dict | None = None) 
     """Run ``__main__.py`` of the project for ``stack`` under mocks; return what it registered.
 
     ``stack_config`` replaces ``Pulumi.<stack>.yaml`` (tests use it for other configurations).
-    Errors raised by the program (bad config included) propagate.
+    Errors raised by the program (bad config included) become :class:`ProgramError`.
     """
     import yaml
 
@@ -330,7 +338,11 @@ def run_program(project_dir: str, stack: str, stack_config: dict | None = None) 
     main = os.path.join(project_dir, "__main__.py")
     psettings.SETTINGS.rpc_manager.clear()
     psettings.SETTINGS.outputs.clear()
-    _sync_await(run_pulumi_func(lambda: runpy.run_path(main, run_name="__main__")))
+    try:
+        _sync_await(run_pulumi_func(lambda: runpy.run_path(main, run_name="__main__")))
+    except Exception as err:
+        text = str(err).strip()
+        raise ProgramError(text.splitlines()[-1] if text else type(err).__name__, monitor.registrations) from err
 
     outputs = {}
     for key, out in getattr(root, "outputs", {}).items():

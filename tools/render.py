@@ -16,7 +16,7 @@ import sys
 
 import yaml
 
-from tools.mock_runtime import ProgramRun, run_program
+from tools.mock_runtime import ProgramError, ProgramRun, run_program
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOT_MANIFESTS = ("pulumi:providers:", "kubernetes:helm.sh/")
@@ -85,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger().addHandler(collect)
     try:
         run = run_program(PROJECT_DIR, args.stack)
-    except Exception as err:  # the program's own error: print its message, write nothing
-        print(f"render: {args.stack}: {_message(err)}", file=sys.stderr)
+    except (ProgramError, FileNotFoundError) as err:  # print the program's message, write nothing
+        print(f"render: {args.stack}: {err}", file=sys.stderr)
         return 2
     objs = write(run, args.out)
     counts = collections.Counter(r.type for r in run.registrations)
@@ -96,11 +96,6 @@ def main(argv: list[str] | None = None) -> int:
     for msg in collect.messages:
         print(f"warning: {msg}")
     return 0
-
-
-def _message(err: BaseException) -> str:
-    text = str(err)
-    return text.splitlines()[-1] if text else type(err).__name__
 
 
 if __name__ == "__main__":

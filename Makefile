@@ -1,0 +1,45 @@
+# Offline-first entry points. Every target creates/refreshes the virtualenv it needs.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STACK  ?= dev
+JOB    ?= ddp
+EMULATE_ARGS ?=
+
+.PHONY: venv render validate test emulate bench lint clean
+
+$(VENV)/.installed: requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	touch $@
+
+venv: $(VENV)/.installed
+
+## render: run the program under Pulumi's mock runtime -> out/$(STACK)/plan.json + manifests/
+render: venv
+	$(PY) -m tools.render --stack $(STACK)
+
+## validate: check rendered manifests against the upstream CRD schemas and built-in kinds
+validate: render
+	$(PY) -m tools.validate out/$(STACK)/manifests
+
+## test: the whole test suite (offline, CPU only)
+test: venv
+	$(PY) -m pytest -q
+
+## emulate: run the rendered TrainJob $(JOB) of $(STACK) locally (CPU, gloo)
+emulate: venv
+	$(PY) -m tools.emulate --stack $(STACK) --job $(JOB) $(EMULATE_ARGS)
+
+## bench: CPU benchmarks (training throughput, render time, checkpoint cost)
+bench: venv
+	$(PY) -m bench.run_all
+
+## lint: ruff on the code, checkov on the rendered manifests
+lint: venv render
+	$(PY) -m ruff check .
+	bash tools/checkov.sh out/$(STACK)/manifests
+
+clean:
+	rm -rf out .pytest_cache

@@ -1,0 +1,65 @@
+"""Shared test harness: the same mock runtime ``make render`` uses."""
+
+from __future__ import annotations
+
+import copy
+import json
+import pathlib
+
+import pytest
+import yaml
+
+from tools import validate as schema_validation
+from tools.mock_runtime import ProgramRun, run_program
+from tools.render import manifests
+
+PROJECT = pathlib.Path(__file__).resolve().parent.parent
+_CACHE: dict[str, ProgramRun] = {}
+
+
+def stack_file(stack: str) -> dict:
+    return yaml.safe_load((PROJECT / f"Pulumi.{stack}.yaml").read_text())
+
+
+def merge(base: dict, overrides: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in overrides.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def dev_config(**sections) -> dict:
+    """Pulumi.dev.yaml's config with sections deep-merged (keys without the project prefix)."""
+    cfg = stack_file("dev")["config"]
+    over = {f"training-platform:{k}" if ":" not in k else k: v for k, v in sections.items()}
+    return merge(cfg, over)
+
+
+def run_config(config: dict, stack: str = "dev") -> ProgramRun:
+    key = stack + json.dumps(config, sort_keys=True)
+    if key not in _CACHE:
+        _CACHE[key] = run_program(str(PROJECT), stack, stack_config={"config": config})
+    return _CACHE[key]
+
+
+def run_stack(stack: str) -> ProgramRun:
+    return run_config(stack_file(stack)["config"], stack)
+
+
+def objects(run: ProgramRun) -> dict[str, dict]:
+    return manifests(run)
+
+
+def find(run: ProgramRun, kind: str, name: str | None = None) -> dict:
+    found = [o for o in manifests(run).values() if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+    assert len(found) == 1, f"expected one {kind} {name}, found {len(found)}"
+    return found[0]
+
+
+@pytest.fixture
+def need_schemas():
+    if not schema_validation.schemas_dir().is_dir():
+        pytest.skip(f"CRD schemas not found at {schema_validation.schemas_dir()}: schema validation skipped")
