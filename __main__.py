@@ -12,6 +12,7 @@ from infra.network import Network
 from infra.settings import load_settings
 from infra.stack_config import aws_region, project_config
 from k8s.gpu_capacity import GpuCapacity
+from k8s.trainer import Trainer
 
 try:
     settings = load_settings(project_config(), stack=pulumi.get_stack(), region=aws_region())
@@ -24,6 +25,7 @@ network = Network("net", settings=settings.network, cluster_name=settings.cluste
 cluster = Cluster("eks", settings=settings, network=network, tags=tags)
 gpu_aws = GpuAws("gpu", settings=settings, cluster=cluster, vpc_id=network.vpc_id, tags=tags)
 capacity = GpuCapacity("gpu", settings=settings, gpu_aws=gpu_aws, cluster_name=cluster.name, provider=cluster.provider, tags=tags)
+trainer = Trainer("trainer", settings=settings.trainer, efa_enabled=settings.efa.enabled, provider=cluster.provider, depends_on=capacity.node_pools)
 
 pulumi.export("clusterName", cluster.name)
 pulumi.export("kubeconfig", cluster.kubeconfig)

@@ -40,3 +40,8 @@ POD_IDENTITY_ADDON_VERSION = "v1.3.9-eksbuild.3"
 # Training image built from workloads/Dockerfile (`make image`); publish it to your registry
 # and set trainjobs.<job>.image, or keep this default if you use the project's published image.
 WORKLOAD_IMAGE = "ghcr.io/training-platform/workloads:0.1.0"
+
+# Default images of the ClusterTrainingRuntimes (a TrainJob sets its own image).
+TORCH_RUNTIME_IMAGE = "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime"
+DEEPSPEED_RUNTIME_IMAGE = "ghcr.io/kubeflow/trainer/deepspeed-runtime:v2.3.0"
+TENSORFLOW_RUNTIME_IMAGE = "tensorflow/tensorflow:2.20.0-gpu"

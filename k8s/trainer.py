@@ -1,0 +1,51 @@
+"""Kubeflow Trainer: the pinned Helm release and our ClusterTrainingRuntimes.
+
+Install mechanism: ``helm.v3.Release`` (a plain Pulumi resource, not the remote Chart
+component). Helm installs the CRDs with the chart and, with ``skip_await`` off, the release
+completes only when the controller and its webhook Deployment are ready; every runtime
+``depends_on`` the release, so none is sent before the webhook serves (a runtime applied too
+early is rejected by ``failed calling webhook``). On a first ``pulumi preview`` against an empty
+account there is no cluster, the Kubernetes provider is unknown, and pulumi-kubernetes previews
+the runtimes without looking their CRD up on a server, so preview cannot fail on a missing CRD.
+The controller owns its webhook certificate Secret and the webhook ``caBundle``; Helm's
+three-way merge leaves fields the chart does not set, so those are never fought over.
+
+Destroy order comes from the same edges: TrainJobs depend on the runtimes, the runtimes on the
+release, so TrainJobs go first and v2.1's finalizer on referenced runtimes is released before the
+runtimes are deleted, and the controller outlives both.
+"""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+import versions
+from infra.settings import TrainerSettings
+from k8s.helm import release
+from k8s.resources import apply_manifest
+from k8s.runtimes import runtimes, trainer_chart_values
+
+TRAINER_NAMESPACE = "kubeflow-system"
+
+
+class Trainer(pulumi.ComponentResource):
+    runtimes: dict[str, pulumi.Resource]
+
+    def __init__(self, name: str, *, settings: TrainerSettings, efa_enabled: bool, provider: k8s.Provider, depends_on: list[pulumi.Resource] | None = None, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("training-platform:k8s:Trainer", name, None, opts)
+        self.version = settings.version
+        self.release = release(
+            "kubeflow-trainer",
+            chart=versions.TRAINER_CHART,
+            version=versions.TRAINER_VERSIONS[settings.version]["chart"],
+            namespace=TRAINER_NAMESPACE,
+            create_namespace=True,
+            values=trainer_chart_values(settings.version),
+            opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=depends_on or []),
+        )
+        self.runtimes = {
+            obj["metadata"]["name"]: apply_manifest(obj, pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[self.release]))
+            for obj in runtimes(settings, efa_enabled)
+        }
+        self.register_outputs({"version": self.version, "runtimes": list(self.runtimes)})

@@ -1,0 +1,47 @@
+"""Where Kubeflow Trainer versions differ, in one place.
+
+v2.1.0 and v2.3.0 both serve ``trainer.kubeflow.org/v1alpha1`` but disagree on:
+
+* the runtime's ``mlPolicy.torch``: v2.1 takes ``numProcPerNode`` there; v2.3 dropped it
+  (the TrainJob's ``trainer.numProcPerNode`` decides);
+* how a TrainJob customises the runtime's pods: ``podTemplateOverrides`` (v2.1) versus
+  ``runtimePatches`` (v2.2+), whose ``manager`` must be a domain-prefixed path;
+* the JobSet bundled (v0.10.1 / v0.12.0), which both support the failure-policy rules used here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import versions
+
+API_VERSION = "trainer.kubeflow.org/v1alpha1"
+PATCH_MANAGER = "training-platform.io/trainjobs"
+TRAINER_JOB = "node"
+
+
+def supported(version: str) -> bool:
+    return version in versions.TRAINER_VERSIONS
+
+
+def torch_ml_policy(version: str) -> dict[str, Any]:
+    if version == "v2.1.0":
+        return {"numProcPerNode": "auto"}
+    return {}
+
+
+def pod_customization(version: str, *, metadata: dict | None, pod_spec: dict) -> tuple[str, list[dict]]:
+    """(field name, value) that applies ``pod_spec``/``metadata`` to the runtime's trainer pods."""
+    if version == "v2.1.0":
+        entry: dict[str, Any] = {"targetJobs": [{"name": TRAINER_JOB}], "spec": pod_spec}
+        if metadata:
+            entry["metadata"] = metadata
+        return "podTemplateOverrides", [entry]
+    pod_template: dict[str, Any] = {"spec": pod_spec}
+    if metadata:
+        pod_template["metadata"] = metadata
+    patch = {
+        "manager": PATCH_MANAGER,
+        "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [{"name": TRAINER_JOB, "template": {"spec": {"template": pod_template}}}]}}},
+    }
+    return "runtimePatches", [patch]

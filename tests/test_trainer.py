@@ -1,0 +1,127 @@
+"""Kubeflow Trainer release and ClusterTrainingRuntimes, for both supported versions."""
+
+import json
+
+import jsonschema
+import pytest
+
+from infra.config_schema import ConfigError
+from infra.settings import TrainerSettings, load_settings
+from k8s import runtimes as rt
+from k8s.tf_config import from_env, tf_config, worker_hosts
+from tests.conftest import dev_config, find, objects, run_config
+from tools import validate as v
+
+VERSIONS = ["v2.1.0", "v2.3.0"]
+
+
+def node_pod(runtime):
+    job = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]
+    assert job["name"] == "node"
+    return job["template"]["spec"]["template"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_runtimes_rendered_and_valid_for_each_version(need_schemas, version):
+    run = run_config(dev_config(trainer={"version": version, "maxRestarts": 7, "shmSize": "32Gi"}))
+    rts = [o for o in objects(run).values() if o["kind"] == "ClusterTrainingRuntime"]
+    assert {r["metadata"]["name"] for r in rts} == {"torch-distributed-gpu", "deepspeed-distributed-gpu", "tensorflow-distributed"}
+    jobset_spec = v.jobset_schema(version)["properties"]["spec"]
+    for r in rts:
+        assert v.validate(r, version) == []
+        jsonschema.Draft7Validator(jobset_spec).validate(r["spec"]["template"]["spec"])
+    torch = find(run, "ClusterTrainingRuntime", "torch-distributed-gpu")
+    assert torch["metadata"]["labels"]["trainer.kubeflow.org/framework"] == "torch"
+    assert torch["spec"]["template"]["spec"]["failurePolicy"]["maxRestarts"] == 7
+    pod = node_pod(torch)
+    assert pod["metadata"]["annotations"]["karpenter.sh/do-not-disrupt"] == "true"
+    shm = [vol for vol in pod["spec"]["volumes"] if vol["name"] == "dshm"][0]
+    assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "32Gi"}
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in pod["spec"]["containers"][0]["volumeMounts"]
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["spec"]["tolerations"]
+    assert pod["spec"]["containers"][0]["name"] == "node"
+    assert "ttlSecondsAfterFinished" not in json.dumps(torch)
+    if version == "v2.1.0":
+        assert torch["spec"]["mlPolicy"]["torch"] == {"numProcPerNode": "auto"}
+    else:
+        assert "numProcPerNode" not in torch["spec"]["mlPolicy"]["torch"]
+
+
+def test_failure_rules_fail_fast_on_non_retryable_exits_and_spare_restarts_on_disruption():
+    r = rt.torch_runtime(TrainerSettings(), efa_enabled=False)
+    fp = r["spec"]["template"]["spec"]["failurePolicy"]
+    actions = {rule["name"]: rule["action"] for rule in fp["rules"]}
+    assert actions == {"NonRetryableExit": "FailJobSet", "NodeDisruption": "RestartJobSetAndIgnoreMaxRestarts"}
+    job = r["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert job["backoffLimit"] == 0
+    assert job["podFailurePolicy"]["rules"][0]["onExitCodes"]["values"] == [2, 3]
+    import re
+
+    pattern = fp["rules"][0]["onJobFailureMessagePatterns"][0]
+    assert re.search(pattern, "Container node for pod training/x-node-0-1 failed with exit code 3 matching FailJob rule at index 0")
+    assert not re.search(pattern, "Container node for pod training/x-node-0-1 failed with exit code 1 matching FailJob rule at index 0")
+
+
+def test_efa_env_only_when_enabled():
+    env_on = node_pod(rt.torch_runtime(TrainerSettings(), True))["spec"]["containers"][0]["env"]
+    env_off = node_pod(rt.torch_runtime(TrainerSettings(), False))["spec"]["containers"][0]["env"]
+    assert {"name": "FI_PROVIDER", "value": "efa"} in env_on
+    assert all(e["name"] != "FI_PROVIDER" for e in env_off)
+
+
+def test_trainer_release_in_plan_and_runtimes_depend_on_it():
+    run = run_config(dev_config(trainer={"version": "v2.1.0"}))
+    rel = [r for r in run.by_type("kubernetes:helm.sh/v3:Release") if r.inputs["name"] == "kubeflow-trainer"][0]
+    assert rel.inputs["chart"] == "oci://ghcr.io/kubeflow/charts/kubeflow-trainer"
+    assert rel.inputs["version"] == "2.1.0"
+    assert rel.inputs["values"]["runtimes"]["defaultEnabled"] is False
+    assert rel.inputs["values"]["jobset"]["image"] == {"repository": "registry.k8s.io/jobset/jobset", "tag": "v0.10.1"}
+    assert rel.inputs["skipAwait"] is False
+    for r in run.by_type("kubernetes:trainer.kubeflow.org/v1alpha1:ClusterTrainingRuntime"):
+        assert rel.urn in r.depends_on
+
+
+def test_only_configured_runtimes_are_installed():
+    run = run_config(dev_config(trainer={"runtimes": ["torch-distributed-gpu"]}, trainjobs={"ddp": {"enabled": False}, "fsdp": {"enabled": False}}))
+    names = [o["metadata"]["name"] for o in objects(run).values() if o["kind"] == "ClusterTrainingRuntime"]
+    assert names == ["torch-distributed-gpu"]
+
+
+def test_tf_config_for_three_nodes():
+    addr = "mnist-tf-node-0-0.mnist-tf"
+    configs = [tf_config(nnodes=3, node_rank=i, master_addr=addr) for i in range(3)]
+    hosts = ["mnist-tf-node-0-0.mnist-tf:2222", "mnist-tf-node-0-1.mnist-tf:2222", "mnist-tf-node-0-2.mnist-tf:2222"]
+    for i, cfg in enumerate(configs):
+        assert json.loads(json.dumps(cfg)) == {"cluster": {"worker": hosts}, "task": {"type": "worker", "index": i}}
+    # the job name is not assumed: any name works, even one containing "-node-"
+    assert worker_hosts(nnodes=2, master_addr="my-node-job-node-0-0.my-node-job") == ["my-node-job-node-0-0.my-node-job:2222", "my-node-job-node-0-1.my-node-job:2222"]
+    assert from_env({"PET_NNODES": "3", "PET_NODE_RANK": "2", "PET_MASTER_ADDR": addr})["task"]["index"] == 2
+    with pytest.raises(ValueError):
+        tf_config(nnodes=2, node_rank=2, master_addr=addr)
+
+
+def test_tf_wrapper_sets_tf_config_and_execs(tmp_path):
+    import os
+    import subprocess
+
+    cmd = rt.tf_config_wrapper() + ["python3", "-c", "import os; print(os.environ['TF_CONFIG'])"]
+    env = {**os.environ, "PET_NNODES": "2", "PET_NODE_RANK": "1", "PET_MASTER_ADDR": "j-node-0-0.j"}
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+    assert json.loads(out)["task"] == {"type": "worker", "index": 1}
+
+
+TRAINER_INVALID = [
+    ({"trainer": {"version": "v2.2.0"}}, "trainer.version"),
+    ({"trainer": {"maxRestarts": -1}}, "trainer.maxRestarts"),
+    ({"trainer": {"shmSize": "lots"}}, "trainer.shmSize"),
+    ({"trainer": {"shmSize": "0Gi"}}, "trainer.shmSize"),
+    ({"trainer": {"runtimes": ["jax-distributed"]}}, "trainer.runtimes[0]"),
+    ({"trainer": {"runtimes": ["torch-distributed-gpu", "torch-distributed-gpu"]}}, "trainer.runtimes"),
+]
+
+
+@pytest.mark.parametrize("raw,key", TRAINER_INVALID, ids=[c[1] for c in TRAINER_INVALID])
+def test_trainer_config_rejections(raw, key):
+    with pytest.raises(ConfigError) as err:
+        load_settings(raw, stack="dev", region="us-west-2")
+    assert err.value.key == key
