@@ -141,7 +141,7 @@ def test_efa_in_auto_mode_uses_auto_node_class_and_no_plugins():
     run = run_config(dev_config(gpuPool={"mode": "auto"}, efa=EFA_ON))
     pool = find(run, "NodePool", "gpu-efa")
     assert pool["spec"]["template"]["spec"]["nodeClassRef"]["name"] == "default"
-    assert not run.by_type(RELEASE)
+    assert not {"karpenter", "nvidia-device-plugin", "aws-efa-k8s-device-plugin"} & set(releases(run))
     assert not run.by_type("aws:ec2/placementGroup:PlacementGroup")
 
 
