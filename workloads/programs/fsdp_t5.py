@@ -1,0 +1,251 @@
+"""T5 sequence-to-sequence fine-tuning with FSDP2 under torchrun.
+
+``fully_shard`` per transformer block, then the root; bf16 mixed precision on GPU (fp32 gradient
+reduction); optional activation checkpointing; pad tokens masked out of the loss (-100), the loss
+computed in fp32; gradient accumulation. Pretrained weights come from the Hugging Face hub in
+the cluster (downloaded once per node into the shared cache); ``--init random`` builds the model
+from a known config with no download (``--model-config tiny`` for tests). Sharded checkpoints
+with ``torch.distributed.checkpoint``; on start the newest complete one is restored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import time
+
+import torch
+import torch.distributed.checkpoint as dcp
+import torch.nn.functional as F
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+import trainlib
+
+# Architectures known without a download (public T5 v1.0 hyper-parameters) and a tiny one.
+T5_CONFIGS = {
+    "tiny": {"d_model": 64, "d_ff": 128, "num_layers": 2, "num_decoder_layers": 2, "num_heads": 4, "d_kv": 16, "vocab_size": 512},
+    "t5-small": {"d_model": 512, "d_ff": 2048, "num_layers": 6, "num_decoder_layers": 6, "num_heads": 8, "d_kv": 64, "vocab_size": 32128},
+    "t5-base": {"d_model": 768, "d_ff": 3072, "num_layers": 12, "num_decoder_layers": 12, "num_heads": 12, "d_kv": 64, "vocab_size": 32128},
+    "t5-large": {"d_model": 1024, "d_ff": 4096, "num_layers": 24, "num_decoder_layers": 24, "num_heads": 16, "d_kv": 64, "vocab_size": 32128},
+}
+PAD_ID = 0
+IGNORE = -100
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="google-t5/t5-large", help="hub model id (weights with --init pretrained)")
+    p.add_argument("--init", choices=("pretrained", "random"), default="pretrained")
+    p.add_argument("--model-config", choices=sorted(T5_CONFIGS), default=None, help="architecture for --init random (default: from --model)")
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=8, help="micro-batch per process")
+    p.add_argument("--grad-accum", type=int, default=1)
+    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--source-len", type=int, default=512)
+    p.add_argument("--target-len", type=int, default=128)
+    p.add_argument("--data-file", default="/mnt/checkpoints/data/t5/train.jsonl", help="JSON lines with source and target text")
+    p.add_argument("--synthetic", action="store_true", help="generated token sequences, no download")
+    p.add_argument("--synthetic-samples", type=int, default=1024)
+    p.add_argument("--checkpoint-dir", default="/mnt/checkpoints/fsdp-t5")
+    p.add_argument("--checkpoint-every", type=int, default=100)
+    p.add_argument("--max-steps", type=int, default=0)
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--activation-checkpointing", action="store_true")
+    p.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto", help="auto: bf16 on GPU, fp32 on CPU")
+    p.add_argument("--wrap", choices=("per-block", "root"), default="per-block", help="FSDP units: each transformer block, or the whole model as one")
+    p.add_argument("--no-mask-pad", action="store_true", help="count pad tokens in the loss (for comparisons only)")
+    p.add_argument("--compile", action="store_true", help="torch.compile each block")
+    p.add_argument("--log-every", type=int, default=10)
+    args = p.parse_args(argv)
+    for name in ("epochs", "batch_size", "grad_accum", "checkpoint_every", "source_len", "target_len"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.model_config is None:
+        args.model_config = args.model.rsplit("/", 1)[-1]
+    if args.init == "random" and args.model_config not in T5_CONFIGS:
+        p.error(f"--init random needs --model-config, one of {', '.join(sorted(T5_CONFIGS))}")
+    return args
+
+
+def build_model(args, d: trainlib.Dist):
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    if args.init == "random":
+        torch.manual_seed(args.seed)  # identical initial weights on every rank
+        config = T5Config(**T5_CONFIGS[args.model_config], decoder_start_token_id=PAD_ID, pad_token_id=PAD_ID, eos_token_id=1)
+        return T5ForConditionalGeneration(config)
+    if d.is_local_main:  # one download per node into the shared cache, then everyone loads it
+        from huggingface_hub import snapshot_download
+
+        snapshot_download(args.model, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt"])
+    trainlib.barrier()
+    return T5ForConditionalGeneration.from_pretrained(args.model)
+
+
+def synthetic_dataset(args, vocab: int) -> TensorDataset:
+    """Variable-length sequences; the target is the reversed source (learnable), padded."""
+    g = torch.Generator().manual_seed(args.seed)
+    n = args.synthetic_samples
+    src = torch.randint(2, vocab, (n, args.source_len), generator=g)
+    src_len = torch.randint(max(2, args.source_len // 4), args.source_len + 1, (n,), generator=g)
+    tgt_len = torch.minimum(src_len, torch.randint(max(2, args.target_len // 4), args.target_len + 1, (n,), generator=g))
+    pos_s = torch.arange(args.source_len)
+    pos_t = torch.arange(args.target_len)
+    src = torch.where(pos_s[None, :] < src_len[:, None], src, PAD_ID)
+    tgt = torch.full((n, args.target_len), PAD_ID)
+    for i in range(n):
+        rev = src[i, : src_len[i]].flip(0)[: tgt_len[i] - 1]
+        tgt[i, : len(rev)] = rev
+        tgt[i, len(rev)] = 1  # eos
+    mask = (pos_s[None, :] < src_len[:, None]).long()
+    return TensorDataset(src, mask, tgt)
+
+
+def text_dataset(args, d: trainlib.Dist) -> TensorDataset:
+    from transformers import AutoTokenizer
+
+    if not os.path.exists(args.data_file):
+        trainlib.fail_config(f"data file {args.data_file} not found (or pass --synthetic)")
+    if d.is_local_main:
+        AutoTokenizer.from_pretrained(args.model)  # populate the shared cache once per node
+    trainlib.barrier()
+    tok = AutoTokenizer.from_pretrained(args.model)
+    with open(args.data_file) as fh:
+        rows = [json.loads(line) for line in fh if line.strip()]
+    if not rows or not all("source" in r and "target" in r for r in rows):
+        trainlib.fail_config(f"{args.data_file}: every line needs 'source' and 'target'")
+    enc = tok([r["source"] for r in rows], max_length=args.source_len, padding="max_length", truncation=True, return_tensors="pt")
+    dec = tok([r["target"] for r in rows], max_length=args.target_len, padding="max_length", truncation=True, return_tensors="pt")
+    return TensorDataset(enc["input_ids"], enc["attention_mask"], dec["input_ids"])
+
+
+def shard(model, args, d: trainlib.Dist, bf16: bool):
+    mesh = init_device_mesh(d.device.type, (d.world_size,))
+    kwargs = {"mesh": mesh}
+    if bf16:
+        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    if args.activation_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if args.wrap == "per-block":
+        for stack in (model.encoder.block, model.decoder.block):
+            for i, block in enumerate(stack):
+                if args.compile:
+                    block = torch.compile(block)
+                    stack[i] = block
+                fully_shard(block, **kwargs)
+    fully_shard(model, **kwargs)
+    return model
+
+
+def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.float().view(-1, logits.size(-1)), labels.view(-1), ignore_index=IGNORE)
+
+
+def peak_memory_gib(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB (host RSS)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    d = trainlib.setup()
+    bf16 = args.precision == "bf16" or (args.precision == "auto" and d.device.type == "cuda")
+    model = build_model(args, d)
+    dataset = synthetic_dataset(args, model.config.vocab_size) if args.synthetic else text_dataset(args, d)
+    model.to(d.device)
+    model = shard(model, args, d, bf16)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
+
+    sampler = DistributedSampler(dataset, num_replicas=d.world_size, rank=d.rank, shuffle=True, seed=args.seed, drop_last=True)
+    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, drop_last=True)
+    steps_per_epoch = len(loader) // args.grad_accum
+    if steps_per_epoch == 0:
+        trainlib.fail_config(f"{len(dataset)} samples are fewer than one step ({args.batch_size} x {args.grad_accum} x {d.world_size})")
+    total_steps = args.epochs * steps_per_epoch
+    if args.max_steps:
+        total_steps = min(total_steps, args.max_steps)
+
+    step, resumed_from, last_loss = 0, None, math.nan
+    found = trainlib.latest_checkpoint(args.checkpoint_dir)
+    if found:
+        path, meta = found
+        msd, osd = get_state_dict(model, opt)
+        state = {"model": msd, "optim": osd}
+        dcp.load(state, checkpoint_id=path)
+        set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        step = resumed_from = meta["step"]
+        last_loss = meta.get("loss", math.nan)
+        trainlib.event(d, "resumed", step=step, epoch=meta["epoch"], path=path)
+    writer = trainlib.CheckpointWriter(d, args.checkpoint_dir)
+
+    def save(at_step: int) -> None:
+        def write(tmp):
+            msd, osd = get_state_dict(model, opt)
+            dcp.save({"model": msd, "optim": osd}, checkpoint_id=tmp)
+
+        writer.save(at_step, {"epoch": at_step // steps_per_epoch, "micro_batch_in_epoch": (at_step % steps_per_epoch) * args.grad_accum, "world_size": d.world_size, "loss": last_loss}, write)
+
+    if d.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(d.device)
+    window = [0.0, 0.0, 0.0]  # loss sum over micro-batches, micro-batches, tokens
+    step_times: list[float] = []
+    tokens_total = 0.0
+    t_train = time.perf_counter()
+    while step < total_steps:
+        epoch, offset = divmod(step, steps_per_epoch)
+        sampler.set_epoch(epoch)
+        batches = iter(loader)
+        for _ in range(offset * args.grad_accum):  # resume at the exact next micro-batch
+            next(batches)
+        for _ in range(offset, steps_per_epoch):
+            t0 = time.perf_counter()
+            trainlib.seed_step(args.seed, step, d.rank)
+            for micro in range(args.grad_accum):
+                src, mask, tgt = (t.to(d.device, non_blocking=True) for t in next(batches))
+                labels = tgt if args.no_mask_pad else tgt.masked_fill(tgt == PAD_ID, IGNORE)
+                model.set_requires_gradient_sync(micro == args.grad_accum - 1)
+                logits = model(input_ids=src, attention_mask=mask, labels=labels).logits
+                loss = loss_fn(logits, labels) / args.grad_accum
+                loss.backward()
+                window[0] += loss.item() * args.grad_accum
+                window[1] += 1
+                window[2] += float(mask.sum().item() + (tgt != PAD_ID).sum().item())
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            if d.device.type == "cuda":
+                torch.cuda.synchronize(d.device)
+            step_times.append(time.perf_counter() - t0)
+            step += 1
+            if step % args.log_every == 0 or step % args.checkpoint_every == 0 or step == total_steps or step % steps_per_epoch == 0:
+                loss_sum, micro_batches, tokens = trainlib.all_reduce_sum(window, d.device)
+                last_loss = loss_sum / max(micro_batches, 1)
+                tokens_total += tokens
+                trainlib.event(d, "step", step=step, epoch=epoch, loss=round(last_loss, 6))
+                window = [0.0, 0.0, 0.0]
+            if step % args.checkpoint_every == 0 or step % steps_per_epoch == 0:
+                save(step)
+            if step >= total_steps:
+                break
+    elapsed = trainlib.all_reduce_max(time.perf_counter() - t_train, d.device)
+    peak = trainlib.all_reduce_max(peak_memory_gib(d.device), d.device)
+    warm = step_times[1:] or step_times
+    step_time = trainlib.all_reduce_max(sum(warm) / max(len(warm), 1), d.device)
+    trainlib.log(d, f"fsdp-t5: steps={step} loss={last_loss:.4f} tokens/s={tokens_total / max(elapsed, 1e-9):.1f} step_time_s={step_time:.4f} peak_memory_gib={peak:.2f}")
+    trainlib.event(
+        d, "result", final_step=step, final_loss=round(last_loss, 6), resumed_from_step=resumed_from,
+        tokens_per_s=round(tokens_total / max(elapsed, 1e-9), 1), step_time_s=round(step_time, 5), peak_memory_gib=round(peak, 3),
+        world_size=d.world_size, precision="bf16" if bf16 else "fp32",
+    )
+    trainlib.teardown()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,180 @@
+"""Shared runtime for the training programs: process group, metrics, checkpoints.
+
+Shipped next to the programs in the code ConfigMap (flat files, imported by name). Works the
+same under torchrun on GPU nodes (NCCL) and on a laptop CPU (gloo).
+
+Checkpoint layout, on durable shared storage::
+
+    <dir>/step-00000012/   complete checkpoint (meta.json written last, then the rename)
+    <dir>/.tmp-step-...    a save in progress: never loaded, removed by the next save
+
+A save is written into a temporary directory and renamed into place only after every rank has
+finished writing, so a crash mid-save never leaves a directory that loads as valid. On start the
+newest ``step-*`` directory with a ``meta.json`` is restored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+EXIT_BAD_CONFIG = 3  # non-retryable: the runtime's failure policy fails the job at once
+_STEP_DIR = re.compile(r"^step-(\d{8})$")
+
+
+@dataclass
+class Dist:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def is_local_main(self) -> bool:
+        return self.local_rank == 0
+
+
+def setup() -> Dist:
+    """Join the process group torchrun describes (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_*)."""
+    rank = int(os.environ.get("RANK", 0))
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if torch.cuda.is_available():
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        backend = "nccl"
+    else:
+        device = torch.device("cpu")
+        backend = "gloo"
+    if world > 1 or "MASTER_ADDR" in os.environ:
+        dist.init_process_group(backend=backend, device_id=device if backend == "nccl" else None)
+    return Dist(rank=rank, world_size=world, local_rank=local_rank, device=device)
+
+
+def teardown() -> None:
+    if dist.is_initialized():
+        dist.barrier()  # no rank tears its connections down while a peer still uses them
+        dist.destroy_process_group()
+
+
+def barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def all_reduce_sum(values: list[float], device: torch.device) -> list[float]:
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    if dist.is_initialized():
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t.tolist()
+
+
+def all_reduce_max(value: float, device: torch.device) -> float:
+    t = torch.tensor([value], dtype=torch.float64, device=device)
+    if dist.is_initialized():
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.item()
+
+
+def log(d: Dist, message: str) -> None:
+    """One line from the whole job (rank 0), flushed."""
+    if d.is_main:
+        print(message, flush=True)
+
+
+def event(d: Dist, kind: str, **fields) -> None:
+    """Machine-readable progress line from rank 0, e.g. for the local emulator."""
+    if d.is_main:
+        print(f"TRAINING_EVENT {json.dumps({'event': kind, **fields}, sort_keys=True)}", flush=True)
+
+
+def fail_config(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    sys.exit(EXIT_BAD_CONFIG)
+
+
+# --- checkpoints -------------------------------------------------------------------------------
+
+
+def step_dir(root: str, step: int) -> str:
+    return os.path.join(root, f"step-{step:08d}")
+
+
+def list_checkpoints(root: str) -> list[tuple[int, str]]:
+    if not root or not os.path.isdir(root):
+        return []
+    found = []
+    for name in os.listdir(root):
+        m = _STEP_DIR.match(name)
+        path = os.path.join(root, name)
+        if m and os.path.isfile(os.path.join(path, "meta.json")):
+            found.append((int(m.group(1)), path))
+    return sorted(found)
+
+
+def latest_checkpoint(root: str) -> tuple[str, dict] | None:
+    ckpts = list_checkpoints(root)
+    if not ckpts:
+        return None
+    path = ckpts[-1][1]
+    with open(os.path.join(path, "meta.json")) as fh:
+        return path, json.load(fh)
+
+
+class CheckpointWriter:
+    """Atomic, all-ranks checkpoint saves; ``write_state(tmp_dir)`` does the actual writing."""
+
+    def __init__(self, d: Dist, root: str, keep: int = 3):
+        self.d = d
+        self.root = root
+        self.keep = keep
+
+    def save(self, step: int, meta: dict, write_state) -> str:
+        final = step_dir(self.root, step)
+        if os.path.isdir(final):
+            return final  # already saved (e.g. the epoch-end save after a periodic one)
+        tmp = os.path.join(self.root, f".tmp-step-{step:08d}")
+        t0 = time.perf_counter()
+        if self.d.is_main:
+            os.makedirs(self.root, exist_ok=True)
+            shutil.rmtree(tmp, ignore_errors=True)
+            os.makedirs(tmp)
+        barrier()
+        write_state(tmp)
+        barrier()
+        if self.d.is_main:
+            meta = {**meta, "step": step, "saved_at": time.time()}
+            with open(os.path.join(tmp, "meta.json"), "w") as fh:
+                json.dump(meta, fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.rename(tmp, final)
+            self._prune()
+        barrier()
+        event(self.d, "checkpoint", step=step, seconds=round(time.perf_counter() - t0, 4))
+        return final
+
+    def _prune(self) -> None:
+        for _, path in list_checkpoints(self.root)[: -self.keep]:
+            shutil.rmtree(path, ignore_errors=True)
+        for name in os.listdir(self.root):
+            if name.startswith(".tmp-step-"):
+                shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
+
+
+def seed_step(seed: int, step: int, rank: int) -> None:
+    """Every random draw of a step (dropout, augmentation) depends only on (seed, step, rank), so a
+    resumed run makes exactly the draws the uninterrupted run made."""
+    torch.manual_seed(seed * 1_000_003 + step * 1_009 + rank)
