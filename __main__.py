@@ -11,8 +11,10 @@ from infra.gpu_aws import GpuAws
 from infra.network import Network
 from infra.settings import load_settings
 from infra.stack_config import aws_region, project_config
+from infra.storage import CheckpointStorage
 from k8s.gpu_capacity import GpuCapacity
 from k8s.trainer import Trainer
+from workloads.component import TrainJobs
 
 try:
     settings = load_settings(project_config(), stack=pulumi.get_stack(), region=aws_region())
@@ -26,6 +28,10 @@ cluster = Cluster("eks", settings=settings, network=network, tags=tags)
 gpu_aws = GpuAws("gpu", settings=settings, cluster=cluster, vpc_id=network.vpc_id, tags=tags)
 capacity = GpuCapacity("gpu", settings=settings, gpu_aws=gpu_aws, cluster_name=cluster.name, provider=cluster.provider, tags=tags)
 trainer = Trainer("trainer", settings=settings.trainer, efa_enabled=settings.efa.enabled, provider=cluster.provider, depends_on=capacity.node_pools)
+if settings.trainjobs.jobs():
+    storage = CheckpointStorage("checkpoints", settings=settings, cluster=cluster, network=network, tags=tags)
+    jobs = TrainJobs("jobs", settings=settings, trainer=trainer, storage=storage, capacity=capacity.node_pools, provider=cluster.provider)
+    pulumi.export("trainJobs", list(jobs.jobs))
 
 pulumi.export("clusterName", cluster.name)
 pulumi.export("kubeconfig", cluster.kubeconfig)

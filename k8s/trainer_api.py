@@ -45,3 +45,17 @@ def pod_customization(version: str, *, metadata: dict | None, pod_spec: dict) ->
         "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [{"name": TRAINER_JOB, "template": {"spec": {"template": pod_template}}}]}}},
     }
     return "runtimePatches", [patch]
+
+
+def read_pod_customization(trainjob_spec: dict) -> dict:
+    """The trainer pods' spec customisation of a rendered TrainJob, whichever shape it has."""
+    if "podTemplateOverrides" in trainjob_spec:
+        for entry in trainjob_spec["podTemplateOverrides"]:
+            if any(t["name"] == TRAINER_JOB for t in entry.get("targetJobs", [])):
+                return entry.get("spec", {})
+        return {}
+    for patch in trainjob_spec.get("runtimePatches", []):
+        for job in patch.get("trainingRuntimeSpec", {}).get("template", {}).get("spec", {}).get("replicatedJobs", []):
+            if job["name"] == TRAINER_JOB:
+                return job.get("template", {}).get("spec", {}).get("template", {}).get("spec", {})
+    return {}

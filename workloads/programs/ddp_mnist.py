@@ -20,10 +20,9 @@ import urllib.request
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import trainlib
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
-
-import trainlib
 
 MNIST_FILES = {
     "train_images": "train-images-idx3-ubyte.gz",
@@ -190,6 +189,7 @@ def main(argv=None) -> int:
             loss.backward()
             opt.step()
             step += 1
+            trainlib.fault_point(step)
             window[0] += loss.item() * y.numel()
             window[1] += y.numel()
             if step % args.log_every == 0 or step == total_steps or step % args.checkpoint_every == 0 or step % steps_per_epoch == 0:

@@ -20,12 +20,11 @@ import time
 import torch
 import torch.distributed.checkpoint as dcp
 import torch.nn.functional as F
+import trainlib
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
-
-import trainlib
 
 # Architectures known without a download (public T5 v1.0 hyper-parameters) and a tiny one.
 T5_CONFIGS = {
@@ -223,6 +222,7 @@ def main(argv=None) -> int:
                 torch.cuda.synchronize(d.device)
             step_times.append(time.perf_counter() - t0)
             step += 1
+            trainlib.fault_point(step)
             if step % args.log_every == 0 or step % args.checkpoint_every == 0 or step == total_steps or step % steps_per_epoch == 0:
                 loss_sum, micro_batches, tokens = trainlib.all_reduce_sum(window, d.device)
                 last_loss = loss_sum / max(micro_batches, 1)

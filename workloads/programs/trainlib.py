@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -172,6 +173,22 @@ class CheckpointWriter:
         for name in os.listdir(self.root):
             if name.startswith(".tmp-step-"):
                 shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
+
+
+FAULT_ENV = "TRAINING_FAULT_AT_STEP"
+
+
+def fault_point(step: int) -> None:
+    """Fault injection for failure drills: with TRAINING_FAULT_AT_STEP=K in this node's
+    environment, the node's whole process group (launcher and workers) is SIGKILLed right after
+    step K, as if the node vanished. Unset in normal runs."""
+    target = os.environ.get(FAULT_ENV)
+    if target and int(target) == step:
+        print(f"fault injection: SIGKILL node process group at step {step}", file=sys.stderr, flush=True)
+        for group in {os.getpgid(os.getppid()), os.getpgid(0)}:  # the launcher's group, then ours
+            if group != os.getpgid(0):
+                os.killpg(group, signal.SIGKILL)
+        os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
 def seed_step(seed: int, step: int, rank: int) -> None:

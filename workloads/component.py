@@ -1,0 +1,38 @@
+"""TrainJobs from stack config: namespace, code ConfigMap, checkpoint volume, TrainJobs."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from infra.settings import Settings
+from infra.storage import CheckpointStorage
+from k8s.resources import apply_manifest
+from k8s.trainer import Trainer
+from workloads import trainjob as tj
+
+
+class TrainJobs(pulumi.ComponentResource):
+    def __init__(self, name: str, *, settings: Settings, trainer: Trainer, storage: CheckpointStorage, capacity: list[pulumi.Resource], provider: k8s.Provider, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("training-platform:workloads:TrainJobs", name, None, opts)
+        ns_name = settings.trainjobs.namespace
+
+        def o(*deps, **kw) -> pulumi.ResourceOptions:
+            return pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[d for d in deps if d is not None], **kw)
+
+        ns = apply_manifest(tj.namespace(ns_name), o())
+        files = tj.code_files()
+        code = apply_manifest(tj.code_configmap(ns_name, files), o(ns))
+        pv_manifest, pvc_manifest = tj.checkpoint_volume(ns=ns_name, storage_type=storage.type, volume_handle=storage.volume_handle, capacity_gib=storage.capacity_gib, attributes=storage.attributes)
+        pv = apply_manifest(pv_manifest, o(storage.addon))
+        pvc = apply_manifest(pvc_manifest, o(ns, pv))
+        runtime = trainer.runtimes[tj.TORCH_RUNTIME]
+        self.jobs = {}
+        for kind, job in settings.trainjobs.jobs().items():
+            workload = tj.WORKLOADS[kind]
+            manifest = tj.trainjob(workload, job, settings, code_configmap=tj.code_configmap_name(files))
+            # TrainJob specs are (mostly) immutable: any change replaces the job, deleting the
+            # old one first. Depending on the runtime and the node pools makes destroy remove
+            # the job (and its pods) before either.
+            self.jobs[kind] = apply_manifest(manifest, o(runtime, code, pvc, *capacity, replace_on_changes=["spec"], delete_before_replace=True))
+        self.register_outputs({"trainJobs": [tj.WORKLOADS[k].name for k in self.jobs]})
