@@ -120,8 +120,8 @@ def test_efa_on_creates_plugin_placement_group_security_group_and_efa_pool():
     assert rel["version"] == "0.5.30" and g.GPU_TOLERATION in rel["values"]["tolerations"]
     pg = run.one("aws:ec2/placementGroup:PlacementGroup").inputs
     assert pg["strategy"] == "cluster" and pg["name"] == "training-dev-efa"
-    ingress = run.one("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule").inputs
-    egress = run.one("aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule").inputs
+    ingress = run.one("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule", "gpu-efa-in-self").inputs
+    egress = run.one("aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule", "gpu-efa-out-self").inputs
     for rule in (ingress, egress):
         assert rule["ipProtocol"] == "-1" and rule["referencedSecurityGroupId"] == rule["securityGroupId"]
     pool = find(run, "NodePool", "gpu-efa")

@@ -95,7 +95,6 @@ def synthetic_dataset(args, vocab: int) -> TensorDataset:
     src_len = torch.randint(max(2, args.source_len // 4), args.source_len + 1, (n,), generator=g)
     tgt_len = torch.minimum(src_len, torch.randint(max(2, args.target_len // 4), args.target_len + 1, (n,), generator=g))
     pos_s = torch.arange(args.source_len)
-    pos_t = torch.arange(args.target_len)
     src = torch.where(pos_s[None, :] < src_len[:, None], src, PAD_ID)
     tgt = torch.full((n, args.target_len), PAD_ID)
     for i in range(n):
