@@ -126,8 +126,8 @@ def load_job(stack: str, kind: str, work_dir: str, stack_config: dict | None = N
     trainer = spec["trainer"]
     command = [local_path(a) for a in trainer.get("command", node_container.get("command", []))]
     args = [local_path(a) for a in trainer.get("args", node_container.get("args", []))]
-    if command and command[0] == "torchrun":
-        command = [sys.executable, "-m", "torch.distributed.run"] + command[1:]
+    if command and command[0] in ("python", "python3"):
+        command = [sys.executable] + command[1:]  # the image's interpreter is this one
     env = {e["name"]: local_path(e.get("value", "")) for e in node_container.get("env", []) + trainer.get("env", [])}
     return Job(
         name=tj["metadata"]["name"], kind=kind, num_nodes=int(trainer.get("numNodes", 1)), command=command + args + TINY_PROFILE[kind],
@@ -141,6 +141,7 @@ def _node_env(job: Job, node: int, port: int, fault_step: int | None) -> dict[st
     env.update(job.env)
     if fault_step is not None:
         env[FAULT_ENV] = str(fault_step)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")  # torchrun of this environment
     env.update(
         PET_NNODES=str(job.num_nodes), PET_NPROC_PER_NODE="1", PET_NODE_RANK=str(node), PET_MASTER_ADDR="127.0.0.1", PET_MASTER_PORT=str(port),
         CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",

@@ -85,6 +85,8 @@ class Registration:
     depends_on: list[str]
     provider: str | None
     state: dict = field(default_factory=dict)
+    replace_on_changes: list[str] = field(default_factory=list)
+    delete_before_replace: bool = False
 
     def to_plan(self) -> dict:
         return {
@@ -94,6 +96,8 @@ class Registration:
             "parent": self.parent,
             "inputs": self.inputs,
             "dependsOn": self.depends_on,
+            **({"replaceOnChanges": self.replace_on_changes} if self.replace_on_changes else {}),
+            **({"deleteBeforeReplace": True} if self.delete_before_replace else {}),
         }
 
 
@@ -244,6 +248,8 @@ class RecordingMonitor(pmocks.MockMonitor):
             depends_on=list(request.dependencies),
             provider=request.provider or None,
             state=state,
+            replace_on_changes=list(request.replaceOnChanges),
+            delete_before_replace=bool(request.deleteBeforeReplace),
         )
         self.registrations.append(reg)
         self.resources[urn] = pmocks.MockMonitor.ResourceRegistration(urn, rid, state)

@@ -166,7 +166,8 @@ def trainjob(workload: Workload, job: DdpJobSettings | FsdpJobSettings, settings
             "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime", "name": TORCH_RUNTIME},
             "trainer": {
                 "image": job.image,
-                "command": ["torchrun", f"{CODE_MOUNT}/{workload.program}"],
+                # launch.py keeps the workers' non-retryable exit codes visible to the failure policy
+                "command": ["python3", f"{CODE_MOUNT}/launch.py", "torchrun", f"{CODE_MOUNT}/{workload.program}"],
                 "args": program_args(workload, job),
                 "numNodes": job.num_nodes,
                 "numProcPerNode": gpus,

@@ -47,10 +47,10 @@ def parse_args(argv=None):
     p.add_argument("--synthetic-samples", type=int, default=2048)
     p.add_argument("--log-every", type=int, default=50)
     p.add_argument("--num-workers", type=int, default=2)
-    args = p.parse_args(argv)
+    args = trainlib.parse_args(p, argv)
     for name in ("epochs", "batch_size", "checkpoint_every"):
         if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be >= 1")
+            trainlib.usage_error(p, f"--{name.replace('_', '-')} must be >= 1")
     return args
 
 
@@ -212,7 +212,7 @@ def main(argv=None) -> int:
     elapsed = trainlib.all_reduce_max(time.perf_counter() - t_start, d.device)
     trained = (step - (resumed_from or 0)) * args.batch_size * d.world_size
     trainlib.event(d, "result", final_step=step, final_loss=round(last_loss, 6), resumed_from_step=resumed_from, samples_per_s=round(trained / max(elapsed, 1e-9), 1))
-    trainlib.teardown()
+    trainlib.finish()
     return 0
 
 

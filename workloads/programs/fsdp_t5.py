@@ -61,14 +61,14 @@ def parse_args(argv=None):
     p.add_argument("--no-mask-pad", action="store_true", help="count pad tokens in the loss (for comparisons only)")
     p.add_argument("--compile", action="store_true", help="torch.compile each block")
     p.add_argument("--log-every", type=int, default=10)
-    args = p.parse_args(argv)
+    args = trainlib.parse_args(p, argv)
     for name in ("epochs", "batch_size", "grad_accum", "checkpoint_every", "source_len", "target_len"):
         if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be >= 1")
+            trainlib.usage_error(p, f"--{name.replace('_', '-')} must be >= 1")
     if args.model_config is None:
         args.model_config = args.model.rsplit("/", 1)[-1]
     if args.init == "random" and args.model_config not in T5_CONFIGS:
-        p.error(f"--init random needs --model-config, one of {', '.join(sorted(T5_CONFIGS))}")
+        trainlib.usage_error(p, f"--init random needs --model-config, one of {', '.join(sorted(T5_CONFIGS))}")
     return args
 
 
@@ -242,7 +242,7 @@ def main(argv=None) -> int:
         tokens_per_s=round(tokens_total / max(elapsed, 1e-9), 1), step_time_s=round(step_time, 5), peak_memory_gib=round(peak, 3),
         world_size=d.world_size, precision="bf16" if bf16 else "fp32",
     )
-    trainlib.teardown()
+    trainlib.finish()
     return 0
 
 

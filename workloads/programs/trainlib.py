@@ -70,6 +70,15 @@ def teardown() -> None:
         dist.destroy_process_group()
 
 
+def finish() -> None:
+    """Leave after a successful run without the interpreter's teardown of the communication
+    library's threads, which can abort a process whose work is already done and saved."""
+    teardown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def barrier() -> None:
     if dist.is_initialized():
         dist.barrier()
@@ -101,9 +110,36 @@ def event(d: Dist, kind: str, **fields) -> None:
         print(f"TRAINING_EVENT {json.dumps({'event': kind, **fields}, sort_keys=True)}", flush=True)
 
 
+EXIT_FILE_ENV = "TRAINING_EXIT_CODE_FILE"  # set by launch.py
+
+
+def _record_exit(code: int) -> None:
+    path = os.environ.get(EXIT_FILE_ENV)
+    if path:
+        with open(path, "a") as fh:
+            fh.write(f"{code}\n")
+
+
 def fail_config(message: str) -> None:
+    """Stop for good: the job can never succeed with this configuration or data."""
     print(f"error: {message}", file=sys.stderr, flush=True)
+    _record_exit(EXIT_BAD_CONFIG)
     sys.exit(EXIT_BAD_CONFIG)
+
+
+def usage_error(parser, message: str) -> None:
+    _record_exit(2)
+    parser.error(message)
+
+
+def parse_args(parser, argv=None):
+    """argparse, with usage errors (exit 2) recorded as non-retryable for launch.py."""
+    try:
+        return parser.parse_args(argv)
+    except SystemExit as exc:
+        if exc.code == 2:
+            _record_exit(2)
+        raise
 
 
 # --- checkpoints -------------------------------------------------------------------------------
