@@ -6,7 +6,7 @@ STACK  ?= dev
 JOB    ?= ddp
 EMULATE_ARGS ?=
 
-.PHONY: venv render validate test emulate bench lint clean
+.PHONY: venv render validate test emulate bench lint clean image docs
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -43,3 +43,12 @@ lint: venv render
 
 clean:
 	rm -rf out .pytest_cache
+
+## image: build the training image (needs a Docker engine)
+IMAGE ?= ghcr.io/training-platform/workloads:0.1.0
+image:
+	docker build -t $(IMAGE) workloads
+
+## docs: regenerate the README's config reference from the settings classes
+docs: venv
+	$(PY) -m tools.config_docs --write README.md

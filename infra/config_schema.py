@@ -168,8 +168,14 @@ def describe(cls: type, prefix: str = "") -> list[tuple[str, str, str, str]]:
         choices = f.metadata.get("choices")
         if choices:
             doc += " (" + " | ".join(map(str, choices)) + ")"
-        rows.append((key, _type_name(tp), repr_default(getattr(defaults, f.name)), doc))
+        rows.append((key, doc_type(tp), repr_default(getattr(defaults, f.name)), doc))
     return rows
+
+
+def doc_type(tp: Any) -> str:
+    if typing.get_origin(tp) is list:
+        return "list of " + doc_type(typing.get_args(tp)[0]) + "s"
+    return {str: "string", int: "integer", bool: "boolean"}.get(tp, getattr(tp, "__name__", str(tp)))
 
 
 def repr_default(value: Any) -> str:
