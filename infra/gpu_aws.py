@@ -183,7 +183,8 @@ class GpuAws(pulumi.ComponentResource):
         )
         for key, pattern in INTERRUPTION_EVENTS.items():
             rule = aws.cloudwatch.EventRule(f"{name}-{key}", event_pattern=json.dumps(pattern), tags=self._tags, opts=self._opts())
-            aws.cloudwatch.EventTarget(f"{name}-{key}", rule=rule.name, arn=queue.arn, target_id="karpenter-interruption-queue", opts=self._opts())
+            target = aws.cloudwatch.EventTarget(f"{name}-{key}", rule=rule.name, arn=queue.arn, target_id="karpenter-interruption-queue", opts=self._opts())
+            self.karpenter_ready.append(target)
         self.queue = queue
 
     def _create_controller_identity(self, name: str) -> None:

@@ -87,6 +87,7 @@ class Registration:
     state: dict = field(default_factory=dict)
     replace_on_changes: list[str] = field(default_factory=list)
     delete_before_replace: bool = False
+    property_dependencies: dict[str, list[str]] = field(default_factory=dict)
 
     def to_plan(self) -> dict:
         return {
@@ -96,6 +97,8 @@ class Registration:
             "parent": self.parent,
             "inputs": self.inputs,
             "dependsOn": self.depends_on,
+            "provider": self.provider,
+            "propertyDependencies": self.property_dependencies,
             **({"replaceOnChanges": self.replace_on_changes} if self.replace_on_changes else {}),
             **({"deleteBeforeReplace": True} if self.delete_before_replace else {}),
         }
@@ -250,6 +253,7 @@ class RecordingMonitor(pmocks.MockMonitor):
             state=state,
             replace_on_changes=list(request.replaceOnChanges),
             delete_before_replace=bool(request.deleteBeforeReplace),
+            property_dependencies={k: list(v.urns) for k, v in request.propertyDependencies.items() if v.urns},
         )
         self.registrations.append(reg)
         self.resources[urn] = pmocks.MockMonitor.ResourceRegistration(urn, rid, state)
