@@ -75,7 +75,7 @@ def _node_container(image: str, env: list[dict], command: list[str] | None) -> d
         "image": image,
         "env": env,
         "volumeMounts": [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}],
-        "securityContext": {"allowPrivilegeEscalation": False},
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
     }
     if command:
         container["command"] = command
@@ -86,6 +86,8 @@ def runtime(*, name: str, framework: str, trainer: TrainerSettings, efa_enabled:
     env = BASE_ENV + (EFA_ENV if efa_enabled else []) + (extra_env or [])
     pod_spec = {
         "restartPolicy": "Never",
+        "automountServiceAccountToken": False,  # training code never calls the Kubernetes API
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "tolerations": [dict(GPU_TOLERATION)],
         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": POOL_LABEL, "operator": "Exists"}]}]}}},
         "containers": [_node_container(image, env, command)],

@@ -11,8 +11,9 @@ dependencies) and the pack's config, and returns violations. The same rules run
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 REQUIRED_LOG_TYPES = {"api", "audit", "authenticator", "controllerManager", "scheduler"}
 SECRET_NAME = re.compile(r"(PASSWORD|PASSWD|SECRET|TOKEN|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIALS?)", re.I)

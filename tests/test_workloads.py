@@ -140,3 +140,19 @@ def test_job_config_rejections(raw, key):
     with pytest.raises(ConfigError) as err:
         load_settings(raw, stack="dev", region="us-west-2")
     assert err.value.key == key
+
+
+def test_effective_pods_merge_runtime_and_trainjob_and_validate():
+    from tools.effective_pods import effective_jobs
+
+    jobs = {j["metadata"]["name"]: j for j in effective_jobs(list(objects(run_stack("dev")).values()))}
+    job = jobs["fsdp-t5-node"]
+    assert v.validate(job) == []
+    pod = job["spec"]["template"]["spec"]
+    assert {vol["name"] for vol in pod["volumes"]} == {"dshm", "training-code", "checkpoints"}
+    node = pod["containers"][0]
+    assert {m["mountPath"] for m in node["volumeMounts"]} == {"/dev/shm", "/opt/training/code", "/mnt/checkpoints"}
+    assert node["resources"]["limits"]["nvidia.com/gpu"] == 4
+    assert pod["automountServiceAccountToken"] is False
+    assert node["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert job["spec"]["parallelism"] == 2

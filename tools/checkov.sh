@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Scan rendered manifests (and the effective pods of TrainJobs) with checkov, in its own
+# virtualenv: checkov pins packaging 23.x, which conflicts with pulumi.
+set -euo pipefail
+manifests="${1:?usage: tools/checkov.sh out/<stack>/manifests}"
+here="$(cd "$(dirname "$0")/.." && pwd)"
+venv="$here/.venv-checkov"
+if [ ! -x "$venv/bin/checkov" ]; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --upgrade pip
+  "$venv/bin/pip" install -q -r "$here/tools/checkov-requirements.txt"
+fi
+effective="$(dirname "$manifests")/effective"
+"$here/.venv/bin/python" -m tools.effective_pods "$manifests" "$effective"
+"$venv/bin/checkov" --config-file "$here/.checkov.yaml" -d "$manifests" -d "$effective"
