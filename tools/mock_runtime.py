@@ -319,7 +319,7 @@ def _config_map(project: str, project_file: dict, stack_file: dict) -> tuple[dic
     return as_strings, secrets
 
 
-def run_program(project_dir: str, stack: str, stack_config: dict | None = None) -> ProgramRun:
+def run_program(project_dir: str, stack: str, stack_config: dict | None = None, main: str | None = None) -> ProgramRun:
     """Run ``__main__.py`` of the project for ``stack`` under mocks; return what it registered.
 
     ``stack_config`` replaces ``Pulumi.<stack>.yaml`` (tests use it for other configurations).
@@ -345,7 +345,7 @@ def run_program(project_dir: str, stack: str, stack_config: dict | None = None) 
 
     if project_dir not in sys.path:
         sys.path.insert(0, project_dir)
-    main = os.path.join(project_dir, "__main__.py")
+    main = main or os.path.join(project_dir, "__main__.py")
     psettings.SETTINGS.rpc_manager.clear()
     psettings.SETTINGS.outputs.clear()
     try:

@@ -174,13 +174,15 @@ def main(argv=None) -> int:
     found = trainlib.latest_checkpoint(args.checkpoint_dir)
     if found:
         path, meta = found
+        t_restore = time.perf_counter()
         msd, osd = get_state_dict(model, opt)
         state = {"model": msd, "optim": osd}
         dcp.load(state, checkpoint_id=path)
         set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
         step = resumed_from = meta["step"]
         last_loss = meta.get("loss", math.nan)
-        trainlib.event(d, "resumed", step=step, epoch=meta["epoch"], path=path)
+        restore_s = trainlib.all_reduce_max(time.perf_counter() - t_restore, d.device)
+        trainlib.event(d, "resumed", step=step, epoch=meta["epoch"], path=path, seconds=round(restore_s, 4))
     writer = trainlib.CheckpointWriter(d, args.checkpoint_dir)
 
     def save(at_step: int) -> None:
@@ -234,8 +236,8 @@ def main(argv=None) -> int:
                 break
     elapsed = trainlib.all_reduce_max(time.perf_counter() - t_train, d.device)
     peak = trainlib.all_reduce_max(peak_memory_gib(d.device), d.device)
-    warm = step_times[1:] or step_times
-    step_time = trainlib.all_reduce_max(sum(warm) / max(len(warm), 1), d.device)
+    warm = sorted(step_times[3:] if len(step_times) >= 6 else step_times[1:] or step_times)
+    step_time = trainlib.all_reduce_max(warm[len(warm) // 2] if warm else 0.0, d.device)  # median after warm-up
     trainlib.log(d, f"fsdp-t5: steps={step} loss={last_loss:.4f} tokens/s={tokens_total / max(elapsed, 1e-9):.1f} step_time_s={step_time:.4f} peak_memory_gib={peak:.2f}")
     trainlib.event(
         d, "result", final_step=step, final_loss=round(last_loss, 6), resumed_from_step=resumed_from,
