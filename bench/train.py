@@ -66,12 +66,13 @@ def gpu(args) -> list[dict]:
     peak = peak_tflops(name)
     print(f"device: {name}, bf16 dense peak {peak} TFLOP/s; T5-large, 512->128 tokens, 1 GPU, {datetime.date.today()}")
     rows = []
-    for batch in args.batch_sizes:
+    batches = [args.variants_batch] if args.variants_batch else args.batch_sizes
+    for batch in batches:
         r = fsdp_run("t5-large", batch, 512, 128, args.steps, 1, [])
         rows.append({"variant": f"ours, batch {batch}", **_gpu_cols(r, peak)})
     best = max(rows, key=lambda x: x["padded tok/s"])
     best_batch = int(best["variant"].rsplit(" ", 1)[-1])
-    for name_, extra in list(VARIANTS.items())[1:]:
+    for name_, extra in list(VARIANTS.items())[1:] if not args.skip_variants else []:
         try:
             r = fsdp_run("t5-large", best_batch, 512, 128, args.steps, 1, extra)
             rows.append({"variant": f"{name_}, batch {best_batch}", **_gpu_cols(r, peak)})
@@ -96,6 +97,8 @@ def main(argv=None) -> int:
     ap.add_argument("--compile", action="store_true", help="include the torch.compile variant on CPU (slow to compile)")
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[4, 8, 16])
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--skip-variants", action="store_true", help="GPU: batch-size sweep only")
+    ap.add_argument("--variants-batch", type=int, help="GPU: variants only, at this batch size")
     ap.add_argument("--json", help="also write the rows here")
     args = ap.parse_args(argv)
     rows = gpu(args) if args.gpu else cpu(args)
