@@ -6,7 +6,7 @@ STACK  ?= dev
 JOB    ?= ddp
 EMULATE_ARGS ?=
 
-.PHONY: venv render validate test emulate bench lint clean image docs
+.PHONY: venv render validate test emulate bench lint policy clean image docs
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -36,10 +36,15 @@ emulate: venv
 bench: venv
 	$(PY) -m bench.run_all
 
-## lint: ruff on the code, checkov on the rendered manifests
+## lint: ruff on the code, the policy rules on the plan, checkov on the rendered manifests
 lint: venv render
 	$(PY) -m ruff check .
+	$(PY) -m policy.check out/$(STACK)/plan.json
 	bash tools/checkov.sh out/$(STACK)/manifests
+
+## policy: the platform's policy rules over the rendered plan (offline)
+policy: render
+	$(PY) -m policy.check out/$(STACK)/plan.json
 
 clean:
 	rm -rf out .pytest_cache

@@ -23,7 +23,7 @@ except ConfigError as err:  # nothing has been registered yet
 
 tags = {"project": "training-platform", "stack": settings.stack, "managed-by": "pulumi"}
 
-network = Network("net", settings=settings.network, cluster_name=settings.cluster_name, tags=tags)
+network = Network("net", settings=settings.network, cluster_name=settings.cluster_name, tags=tags, required_zones=settings.pinned_zones())
 cluster = Cluster("eks", settings=settings, network=network, tags=tags)
 gpu_aws = GpuAws("gpu", settings=settings, cluster=cluster, vpc_id=network.vpc_id, tags=tags)
 capacity = GpuCapacity("gpu", settings=settings, gpu_aws=gpu_aws, cluster_name=cluster.name, provider=cluster.provider, tags=tags)

@@ -23,6 +23,15 @@ def subnet_plan(cidr: str, az_count: int) -> tuple[list[str], list[str]]:
     return [str(n) for n in private], [str(n) for n in public]
 
 
+def pick_zones(available: list[str], required: list[str], count: int) -> list[str]:
+    """The zones the VPC spans: every zone something is pinned to (EFA pool, jobs), then the
+    region's first zones."""
+    missing = [z for z in required if z not in available]
+    if missing:
+        raise ValueError(f"availability zones {missing} are not available in this region (available: {available})")
+    return (required + [z for z in available if z not in required])[:count]
+
+
 def private_subnet_tags(cluster_name: str) -> dict[str, str]:
     return {
         "kubernetes.io/role/internal-elb": "1",
@@ -41,9 +50,10 @@ class Network(pulumi.ComponentResource):
     public_subnet_ids: pulumi.Output[list[str]]
     availability_zones: pulumi.Output[list[str]]
 
-    def __init__(self, name: str, *, settings: NetworkSettings, cluster_name: str, tags: dict[str, str], opts: pulumi.ResourceOptions | None = None):
+    def __init__(self, name: str, *, settings: NetworkSettings, cluster_name: str, tags: dict[str, str], required_zones: list[str] | None = None, opts: pulumi.ResourceOptions | None = None):
         super().__init__("training-platform:infra:Network", name, None, opts)
         self._settings = settings
+        self._required_zones = list(dict.fromkeys(required_zones or []))
         self._cluster_name = cluster_name
         self._tags = tags
         if settings.create_vpc:
@@ -62,7 +72,7 @@ class Network(pulumi.ComponentResource):
         if s.availability_zones:
             return pulumi.Output.from_input(list(s.availability_zones))
         found = aws.get_availability_zones_output(state="available", opts=pulumi.InvokeOptions(parent=self))
-        return found.names.apply(lambda names: sorted(names)[: s.az_count])
+        return found.names.apply(lambda names: pick_zones(sorted(names), self._required_zones, s.az_count))
 
     def _create_vpc(self, name: str) -> None:
         s = self._settings

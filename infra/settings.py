@@ -368,10 +368,11 @@ class Settings:
     def cluster_name(self) -> str:
         return self.cluster.name or f"training-platform-{self.stack}"[:100]
 
-    @property
-    def availability_zones(self) -> list[str]:
-        """Zone names when they are known from config (explicit list); otherwise looked up at deploy."""
-        return list(self.network.availability_zones)
+    def pinned_zones(self) -> list[str]:
+        """Zones the EFA pool and jobs are pinned to: the VPC must span them."""
+        zones = [self.efa.availability_zone] if self.efa.enabled and self.efa.availability_zone else []
+        zones += [j.availability_zone for j in self.trainjobs.jobs().values() if j.availability_zone]
+        return list(dict.fromkeys(zones))
 
 
 _REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
@@ -414,6 +415,9 @@ def _cross_checks(s: Settings) -> None:
             raise ConfigError(key, zone, f"allowed: a zone of the cluster's region {s.region}")
         if zones and zone not in zones:
             raise ConfigError(key, zone, "allowed: one of the cluster's zones: " + ", ".join(zones))
+    pinned = s.pinned_zones()
+    if s.network.create_vpc and not zones and len(pinned) > s.network.az_count:
+        raise ConfigError("network.azCount", s.network.az_count, f"jobs and the EFA pool are pinned to {len(pinned)} zones ({', '.join(pinned)}); allowed: at least {len(pinned)}")
     pool_types = {i.name for i in s.gpu_pool.allowed_types()}
     if s.efa.enabled:
         pool_types |= set(s.efa.instance_types)

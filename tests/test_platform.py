@@ -166,3 +166,25 @@ def test_render_cli_writes_plan_and_fails_cleanly_on_bad_config(tmp_path):
     assert "training-platform:cluster.version = '1.10'" in bad.stderr
     assert "Traceback" not in bad.stderr
     assert not (out / "badtest").exists()
+
+
+def test_vpc_spans_the_zones_jobs_and_efa_are_pinned_to():
+    from infra.network import pick_zones
+
+    assert pick_zones(["us-west-2a", "us-west-2b", "us-west-2c", "us-west-2d"], ["us-west-2d"], 2) == ["us-west-2d", "us-west-2a"]
+    assert pick_zones(["a", "b", "c"], [], 2) == ["a", "b"]
+    with pytest.raises(ValueError):
+        pick_zones(["a", "b"], ["z"], 2)
+    run = run_config(dev_config(efa={"enabled": True, "availabilityZone": "us-west-2c"}))
+    zones = {s.inputs["availabilityZone"] for s in private_subnets(run)}
+    assert "us-west-2c" in zones and len(zones) == 2
+
+
+def test_more_pinned_zones_than_the_vpc_spans_is_rejected():
+    from infra.config_schema import ConfigError
+    from infra.settings import load_settings
+
+    raw = {"efa": {"enabled": True, "availabilityZone": "us-west-2c"}, "trainjobs": {"ddp": {"enabled": True, "availabilityZone": "us-west-2a"}, "fsdp": {"enabled": True, "availabilityZone": "us-west-2b"}}}
+    with pytest.raises(ConfigError) as err:
+        load_settings(raw, stack="dev", region="us-west-2")
+    assert err.value.key == "network.azCount"
