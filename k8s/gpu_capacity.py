@@ -52,29 +52,9 @@ class GpuCapacity(pulumi.ComponentResource):
             self._opts(depends_on=[karpenter]),
         )
         self.node_pools.append(apply_manifest(g.gpu_node_pool(s.gpu_pool, g.ec2_node_class_ref("gpu")), self._opts(depends_on=[karpenter, gpu_class])))
-        self.plugins.append(
-            release(
-                "nvidia-device-plugin",
-                chart=versions.NVIDIA_DEVICE_PLUGIN_CHART,
-                repo=versions.NVIDIA_DEVICE_PLUGIN_REPO,
-                version=versions.NVIDIA_DEVICE_PLUGIN_VERSION,
-                namespace=g.KARPENTER_NAMESPACE,
-                values=g.nvidia_device_plugin_values(),
-                opts=self._opts(),
-            )
-        )
+        self._plugin("nvidia-device-plugin", versions.NVIDIA_DEVICE_PLUGIN_CHART, versions.NVIDIA_DEVICE_PLUGIN_REPO, versions.NVIDIA_DEVICE_PLUGIN_VERSION, g.nvidia_device_plugin_values())
         if s.efa.enabled:
-            self.plugins.append(
-                release(
-                    "aws-efa-k8s-device-plugin",
-                    chart=versions.EFA_DEVICE_PLUGIN_CHART,
-                    repo=versions.EFA_DEVICE_PLUGIN_REPO,
-                    version=versions.EFA_DEVICE_PLUGIN_VERSION,
-                    namespace=g.KARPENTER_NAMESPACE,
-                    values=g.efa_device_plugin_values(s.efa.instance_types),
-                    opts=self._opts(),
-                )
-            )
+            self._plugin("aws-efa-k8s-device-plugin", versions.EFA_DEVICE_PLUGIN_CHART, versions.EFA_DEVICE_PLUGIN_REPO, versions.EFA_DEVICE_PLUGIN_VERSION, g.efa_device_plugin_values(s.efa.instance_types))
             for pool_name, types in g.efa_layouts(s.efa).items():
                 node_class = apply_manifest(
                     g.ec2_node_class(
@@ -90,6 +70,9 @@ class GpuCapacity(pulumi.ComponentResource):
                     self._opts(depends_on=[karpenter, *self._aws.efa_resources]),
                 )
                 self.node_pools.append(apply_manifest(g.efa_node_pool(pool_name, types, s.gpu_pool, s.efa, g.ec2_node_class_ref(pool_name)), self._opts(depends_on=[karpenter, node_class])))
+
+    def _plugin(self, name: str, chart: str, repo: str, version: str, values: dict) -> None:
+        self.plugins.append(release(name, chart=chart, repo=repo, version=version, namespace=g.KARPENTER_NAMESPACE, values=values, opts=self._opts()))
 
     def _create_auto_mode_pools(self) -> None:
         """Auto Mode brings its own NVIDIA and EFA plugins and the ``default`` NodeClass."""

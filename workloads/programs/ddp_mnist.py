@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import math
 import os
 import struct
 import time
@@ -85,7 +84,7 @@ def _download(data_dir: str) -> None:
     for fname in MNIST_FILES.values():
         dest = os.path.join(data_dir, fname)
         if not os.path.exists(dest):
-            tmp = dest + ".part"
+            tmp = f"{dest}.{os.getpid()}.part"  # nodes sharing the volume never write one file
             urllib.request.urlretrieve(MNIST_MIRROR + fname, tmp)
             os.replace(tmp, dest)
 
@@ -93,10 +92,10 @@ def _download(data_dir: str) -> None:
 def load_mnist(args, d: trainlib.Dist) -> tuple[TensorDataset, TensorDataset]:
     if args.synthetic:
         return _synthetic(args.synthetic_samples, args.seed), _synthetic(max(256, args.synthetic_samples // 8), args.seed + 1)
-    if not all(os.path.exists(os.path.join(args.data_dir, f)) for f in MNIST_FILES.values()):
-        if d.is_local_main:  # once per node; the shared volume makes later nodes find it
-            _download(args.data_dir)
-        trainlib.barrier()
+    missing = not all(os.path.exists(os.path.join(args.data_dir, f)) for f in MNIST_FILES.values())
+    if missing and d.is_local_main:  # once per node, never by every rank; later nodes find it
+        _download(args.data_dir)
+    trainlib.barrier()  # every rank, whatever it saw: nobody reads a file still being written
     t = {k: _read_idx(os.path.join(args.data_dir, f)) for k, f in MNIST_FILES.items()}
 
     def norm(images):
@@ -152,16 +151,12 @@ def main(argv=None) -> int:
     if args.max_steps:
         total_steps = min(total_steps, args.max_steps)
 
-    step, resumed_from, last_loss = 0, None, math.nan
-    found = trainlib.latest_checkpoint(args.checkpoint_dir)
-    if found:
-        path, meta = found
+    def load(path: str) -> None:
         state = torch.load(os.path.join(path, "state.pt"), map_location=d.device, weights_only=True)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
-        step = resumed_from = meta["step"]
-        last_loss = meta.get("loss", math.nan)
-        trainlib.event(d, "resumed", step=step, epoch=meta["epoch"], path=path)
+
+    step, resumed_from, last_loss = trainlib.resume(d, args.checkpoint_dir, load)
     writer = trainlib.CheckpointWriter(d, args.checkpoint_dir)
 
     def save(at_step: int) -> None:

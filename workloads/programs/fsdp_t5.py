@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import resource
 import time
@@ -170,19 +169,13 @@ def main(argv=None) -> int:
     if args.max_steps:
         total_steps = min(total_steps, args.max_steps)
 
-    step, resumed_from, last_loss = 0, None, math.nan
-    found = trainlib.latest_checkpoint(args.checkpoint_dir)
-    if found:
-        path, meta = found
-        t_restore = time.perf_counter()
+    def load(path: str) -> None:
         msd, osd = get_state_dict(model, opt)
         state = {"model": msd, "optim": osd}
         dcp.load(state, checkpoint_id=path)
         set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
-        step = resumed_from = meta["step"]
-        last_loss = meta.get("loss", math.nan)
-        restore_s = trainlib.all_reduce_max(time.perf_counter() - t_restore, d.device)
-        trainlib.event(d, "resumed", step=step, epoch=meta["epoch"], path=path, seconds=round(restore_s, 4))
+
+    step, resumed_from, last_loss = trainlib.resume(d, args.checkpoint_dir, load)
     writer = trainlib.CheckpointWriter(d, args.checkpoint_dir)
 
     def save(at_step: int) -> None:

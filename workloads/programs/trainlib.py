@@ -170,6 +170,20 @@ def latest_checkpoint(root: str) -> tuple[str, dict] | None:
         return path, json.load(fh)
 
 
+def resume(d: Dist, root: str, load_state) -> tuple[int, int | None, float]:
+    """Restore the newest complete checkpoint with ``load_state(path)``, if there is one.
+    Returns (step to continue from, step resumed from or None, last logged loss)."""
+    found = latest_checkpoint(root)
+    if not found:
+        return 0, None, float("nan")
+    path, meta = found
+    t0 = time.perf_counter()
+    load_state(path)
+    seconds = all_reduce_max(time.perf_counter() - t0, d.device)
+    event(d, "resumed", step=meta["step"], epoch=meta["epoch"], path=path, seconds=round(seconds, 4))
+    return meta["step"], meta["step"], meta.get("loss", float("nan"))
+
+
 class CheckpointWriter:
     """Atomic, all-ranks checkpoint saves; ``write_state(tmp_dir)`` does the actual writing."""
 
