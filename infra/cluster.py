@@ -55,7 +55,7 @@ class Cluster(pulumi.ComponentResource):
             delete_unreachable=False,
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(self.node_groups.values())),
         )
-        self.register_outputs({"clusterName": self.name, "nodeGroupNames": [self._node_group_name(k) for k in self.node_groups]})
+        self.register_outputs({"clusterName": self.name, "nodeGroupNames": self.node_group_names})
 
     def _create_cluster(self, name: str, network: Network) -> None:
         s = self._s
@@ -103,6 +103,10 @@ class Cluster(pulumi.ComponentResource):
         self.security_group_id = self.eks_cluster.core.cluster.apply(_cluster_security_group_id)
         self.oidc_provider_arn = self.eks_cluster.oidc_provider_arn
         self.oidc_provider_url = self.eks_cluster.oidc_provider_url
+
+    @property
+    def node_group_names(self) -> list[str]:
+        return [self._node_group_name(k) for k in self.node_groups]
 
     def _node_group_name(self, key: str) -> str:
         return f"{self.name}-{key}"[:63]

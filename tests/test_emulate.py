@@ -75,3 +75,13 @@ def test_emulate_cli_prints_the_summary_line(tmp_path):
 def test_emulate_cli_rejects_a_job_that_is_not_enabled(tmp_path):
     p = subprocess.run([sys.executable, "-m", "tools.emulate", "--stack", "prod", "--job", "ddp", "--work-dir", str(tmp_path)], cwd=PROJECT, capture_output=True, text=True, timeout=300)
     assert p.returncode == 2 and "trainjobs.ddp.enabled" in p.stderr
+
+
+def test_v2_1_trainjob_shape_runs_the_same_way(tmp_path):
+    from tests.conftest import dev_config
+
+    cfg = dev_config(trainer={"version": "v2.1.0"})
+    job = load_job("dev", "ddp", str(tmp_path), stack_config={"config": cfg})
+    assert "/opt/training/code" in job.mounts and "/mnt/checkpoints" in job.mounts
+    r = emulate(job, fail_node=None, fail_at_step=None, timeout_s=300, quiet=True)
+    assert r["status"] == "Complete" and r["final_step"] == 12
