@@ -83,6 +83,8 @@ def _coerce_scalar(tp: Any, value: Any, key: str) -> Any:
     elif tp is str:
         if isinstance(value, str):
             return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)  # an unquoted YAML number such as `version: 1.34`
     else:  # pragma: no cover - schema authoring error
         raise TypeError(f"unsupported settings type {tp!r} at {key}")
     raise ConfigError(key, value, f"expected {_type_name(tp)}")

@@ -97,3 +97,17 @@ def test_gpus_per_node_defaults_to_all_gpus_of_the_type():
 def test_bring_your_own_vpc_is_accepted():
     s = load({"network": {"vpcId": "vpc-0abc12345def67890", "privateSubnetIds": ["subnet-0aaa1111", "subnet-0bbb2222"]}})
     assert not s.network.create_vpc
+
+
+def test_unquoted_numbers_are_read_as_strings_where_strings_are_expected():
+    assert load({"cluster": {"version": 1.33}}).cluster.version == "1.33"
+    with pytest.raises(ConfigError) as err:
+        load({"cluster": {"version": 1.3}})
+    assert err.value.key == "cluster.version"
+
+
+def test_values_of_the_wrong_kind_are_rejected():
+    for raw, key in (({"network": {"azCount": True}}, "network.azCount"), ({"trainer": {"runtimes": "torch-distributed-gpu"}}, "trainer.runtimes"), ({"efa": {"enabled": 1}}, "efa.enabled")):
+        with pytest.raises(ConfigError) as err:
+            load(raw)
+        assert err.value.key == key
