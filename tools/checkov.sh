@@ -12,4 +12,10 @@ if [ ! -x "$venv/bin/checkov" ]; then
 fi
 effective="$(dirname "$manifests")/effective"
 "$here/.venv/bin/python" -m tools.effective_pods "$manifests" "$effective"
-"$venv/bin/checkov" --config-file "$here/.checkov.yaml" -d "$manifests" -d "$effective"
+# one directory per run: with several -d flags checkov reports only the first one correctly
+status=0
+for dir in "$manifests" "$effective"; do
+  echo "checkov: $dir"
+  "$venv/bin/checkov" --config-file "$here/.checkov.yaml" -d "$dir" || status=1
+done
+exit $status
