@@ -31,7 +31,7 @@ trainer = Trainer("trainer", settings=settings.trainer, efa_enabled=settings.efa
 if settings.trainjobs.jobs():
     storage = CheckpointStorage("checkpoints", settings=settings, cluster=cluster, network=network, tags=tags)
     jobs = TrainJobs("jobs", settings=settings, trainer=trainer, storage=storage, capacity=capacity.node_pools, provider=cluster.provider)
-    pulumi.export("trainJobs", list(jobs.jobs))
+    pulumi.export("trainJobs", jobs.names)
 
 pulumi.export("clusterName", cluster.name)
 pulumi.export("kubeconfig", cluster.kubeconfig)

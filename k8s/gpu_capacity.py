@@ -6,7 +6,6 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 import versions
-from infra import catalog
 from infra.gpu_aws import EFA_SG_TAG, GpuAws
 from infra.settings import Settings
 from k8s import gpu_objects as g
@@ -82,7 +81,3 @@ class GpuCapacity(pulumi.ComponentResource):
             for pool_name, types in g.efa_layouts(s.efa).items():
                 self.node_pools.append(apply_manifest(g.efa_node_pool(pool_name, types, s.gpu_pool, s.efa, g.AUTO_MODE_NODE_CLASS), self._opts()))
 
-
-def efa_interfaces_for(instance_type: str, efa_enabled: bool) -> int:
-    """EFA devices a whole-node training pod requests (0 when EFA is off or unsupported)."""
-    return catalog.lookup(instance_type).efa_interfaces if efa_enabled else 0

@@ -13,15 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import versions
-
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
 PATCH_MANAGER = "training-platform.io/trainjobs"
 TRAINER_JOB = "node"
-
-
-def supported(version: str) -> bool:
-    return version in versions.TRAINER_VERSIONS
 
 
 def torch_ml_policy(version: str) -> dict[str, Any]:

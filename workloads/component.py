@@ -35,4 +35,5 @@ class TrainJobs(pulumi.ComponentResource):
             # old one first. Depending on the runtime and the node pools makes destroy remove
             # the job (and its pods) before either.
             self.jobs[kind] = apply_manifest(manifest, o(runtime, code, pvc, *capacity, replace_on_changes=["spec"], delete_before_replace=True))
-        self.register_outputs({"trainJobs": [tj.WORKLOADS[k].name for k in self.jobs]})
+        self.names = [tj.WORKLOADS[k].name for k in self.jobs]
+        self.register_outputs({"trainJobs": self.names})
