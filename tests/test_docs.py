@@ -42,3 +42,13 @@ def test_readme_names_the_offline_commands():
     for cmd in ("make render STACK=dev", "make test", "make emulate", "pulumi up -s dev", "pulumi destroy"):
         assert cmd in text
     assert re.search(r"```mermaid", text)
+
+
+def test_pulumi_yaml_config_declarations_use_only_what_the_cli_accepts():
+    # Pulumi's project schema: a declaration has only type/items/description/secret/default/value,
+    # and a type is one of string, integer, boolean, array (structured objects carry no type).
+    project = yaml.safe_load((PROJECT / "Pulumi.yaml").read_text())
+    for key, decl in project["config"].items():
+        assert set(decl) <= {"type", "items", "description", "secret", "default", "value"}, key
+        assert decl.get("type", "string") in ("string", "integer", "boolean", "array"), key
+    assert set(project) <= {"name", "runtime", "description", "main", "config", "backend", "options", "stackConfigDir", "template", "plugins", "packages", "author", "website", "license"}
