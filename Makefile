@@ -6,7 +6,7 @@ STACK  ?= dev
 JOB    ?= ddp
 EMULATE_ARGS ?=
 
-.PHONY: venv render validate test emulate bench lint policy clean image docs
+.PHONY: venv render validate test emulate bench lint policy clean image docs golden
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -57,3 +57,7 @@ image:
 ## docs: regenerate the README's config reference from the settings classes
 docs: venv
 	$(PY) -m tools.config_docs --write README.md
+
+## golden: rewrite tests/golden after an intended change to the rendered objects
+golden: venv
+	$(PY) -m tools.golden --update

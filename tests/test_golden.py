@@ -1,0 +1,19 @@
+"""Rendered Kubernetes objects match the reviewed golden files (update: make golden)."""
+
+from tools import golden
+
+
+def test_rendered_objects_match_golden_files():
+    problems = [p for stack in golden.STACKS for p in golden.diff(stack)]
+    assert problems == [], "rendered objects differ from tests/golden (review, then `make golden`):\n" + "\n".join(problems)
+
+
+def test_golden_check_notices_a_change(tmp_path, monkeypatch):
+    import shutil
+
+    copy = tmp_path / "golden"
+    shutil.copytree(golden.GOLDEN_DIR, copy)
+    pool = copy / "dev" / "nodepool-gpu-pool.yaml"
+    pool.write_text(pool.read_text().replace("NoSchedule", "PreferNoSchedule"))
+    monkeypatch.setattr(golden, "GOLDEN_DIR", copy)
+    assert golden.diff("dev") == ["dev: nodepool-gpu-pool.yaml changed"]
