@@ -3,13 +3,12 @@ Kubernetes provider every later Kubernetes object uses."""
 
 from __future__ import annotations
 
-import json
-
 import pulumi
 import pulumi_aws as aws
 import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
+from infra.iam import assume_role_policy
 from infra.network import Network
 from infra.settings import Settings
 
@@ -23,12 +22,6 @@ NODE_POLICIES = {
 CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
 NODE_ROLE_LABEL = "training-platform/node-role"
 ARCH_LABEL = "training-platform/arch"
-
-
-def assume_role_policy(service: str) -> str:
-    return json.dumps(
-        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}]}
-    )
 
 
 class Cluster(pulumi.ComponentResource):

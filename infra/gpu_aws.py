@@ -8,7 +8,8 @@ import json
 import pulumi
 import pulumi_aws as aws
 
-from infra.cluster import NODE_POLICIES, Cluster, assume_role_policy
+from infra.cluster import NODE_POLICIES, Cluster
+from infra.iam import assume_role_policy
 from infra.settings import Settings
 from k8s.gpu_objects import KARPENTER_NAMESPACE, KARPENTER_SERVICE_ACCOUNT
 

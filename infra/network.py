@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import math
 
 import pulumi
 import pulumi_aws as aws
 
+from infra.iam import assume_role_policy
 from infra.settings import NetworkSettings
 
 
@@ -114,11 +116,32 @@ class Network(pulumi.ComponentResource):
                 tags={**self._tags, "Name": f"{self._cluster_name}-private-{i}"}, opts=self._child(),
             )
             aws.ec2.RouteTableAssociation(f"{name}-private-{i}", subnet_id=priv.id, route_table_id=rt.id, opts=self._child())
+        if s.flow_log_retention_days:
+            self._create_flow_logs(name, vpc)
         self.vpc = vpc
         self.vpc_id = vpc.id
         self.private_subnet_ids = pulumi.Output.all(*[p.id for p in private])
         self.public_subnet_ids = pulumi.Output.all(*[p.id for p in public])
         self.availability_zones = zones
+
+    def _create_flow_logs(self, name: str, vpc: aws.ec2.Vpc) -> None:
+        """All accepted and rejected traffic to CloudWatch Logs, written by a role that can write
+        only to this log group."""
+        group = aws.cloudwatch.LogGroup(
+            f"{name}-flow-logs", name=f"/vpc/{self._cluster_name}/flow-logs", retention_in_days=self._settings.flow_log_retention_days, tags=self._tags, opts=self._child()
+        )
+        role = aws.iam.Role(f"{name}-flow-logs", assume_role_policy=assume_role_policy("vpc-flow-logs.amazonaws.com"), tags=self._tags, opts=self._child())
+        aws.iam.RolePolicy(
+            f"{name}-flow-logs",
+            role=role.id,
+            policy=group.arn.apply(
+                lambda arn: json.dumps(
+                    {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": ["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"], "Resource": [arn, f"{arn}:*"]}]}
+                )
+            ),
+            opts=self._child(),
+        )
+        aws.ec2.FlowLog(f"{name}-flow-logs", vpc_id=vpc.id, traffic_type="ALL", log_destination_type="cloud-watch-logs", log_destination=group.arn, iam_role_arn=role.arn, tags=self._tags, opts=self._child())
 
     def _use_existing(self, name: str) -> None:
         """Bring-your-own VPC: nothing network-wide is created; the private subnets only get the

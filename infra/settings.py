@@ -120,6 +120,7 @@ class NetworkSettings:
     )
     nat_gateways: str = opt("single", "one shared NAT gateway, or one per AZ", choices=("single", "perAz"))
     vpc_id: str | None = opt(None, "bring your own VPC: its id (then give the subnet ids)", check=_pattern(re.compile(r"^vpc-[0-9a-f]{8,17}$"), "a VPC id such as vpc-0abc12345def67890"))
+    flow_log_retention_days: int = opt(30, "VPC flow logs (all traffic) kept this many days in CloudWatch; 0 turns them off (new VPC only)", check=lambda v: None if v in (0, 1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653) else "allowed: 0 (off) or a CloudWatch retention: 1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653")
     private_subnet_ids: list[str] = opt([], "existing private subnets (with vpcId)", check=_pattern(re.compile(r"^subnet-[0-9a-f]{8,17}$"), "subnet ids such as subnet-0abc1234"))
     public_subnet_ids: list[str] = opt([], "existing public subnets (with vpcId)", check=_pattern(re.compile(r"^subnet-[0-9a-f]{8,17}$"), "subnet ids such as subnet-0abc1234"))
 

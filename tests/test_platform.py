@@ -188,3 +188,16 @@ def test_more_pinned_zones_than_the_vpc_spans_is_rejected():
     with pytest.raises(ConfigError) as err:
         load_settings(raw, stack="dev", region="us-west-2")
     assert err.value.key == "network.azCount"
+
+
+def test_vpc_flow_logs_on_by_default_scoped_and_can_be_turned_off():
+    import json as _json
+
+    run = run_stack("dev")
+    flow = run.one("aws:ec2/flowLog:FlowLog").inputs
+    assert flow["trafficType"] == "ALL" and flow["logDestinationType"] == "cloud-watch-logs"
+    assert run.one("aws:cloudwatch/logGroup:LogGroup").inputs["retentionInDays"] == 30
+    policy = _json.loads(run.one("aws:iam/rolePolicy:RolePolicy", "net-flow-logs").inputs["policy"])
+    assert all(r.startswith("arn:aws:logs:") for r in policy["Statement"][0]["Resource"])
+    off = run_config(dev_config(network={"flowLogRetentionDays": 0}))
+    assert not off.by_type("aws:ec2/flowLog:FlowLog")

@@ -157,6 +157,8 @@ class PlanMocks(pmocks.Mocks):
             state["arn"] = f"arn:aws:iam::{ACCOUNT}:role/{state['name']}"
         if typ == "aws:iam/policy:Policy":
             state["arn"] = f"arn:aws:iam::{ACCOUNT}:policy/{state['name']}"
+        if typ == "aws:cloudwatch/logGroup:LogGroup":
+            state["arn"] = f"arn:aws:logs:{self.region}:{ACCOUNT}:log-group:{state['name']}"
         if typ == "aws:sqs/queue:Queue":
             state["url"] = f"https://sqs.{self.region}.amazonaws.com/{ACCOUNT}/{state['name']}"
             state["arn"] = f"arn:aws:sqs:{self.region}:{ACCOUNT}:{state['name']}"
