@@ -72,7 +72,8 @@ def gpu(args) -> list[dict]:
         rows.append({"variant": f"ours, batch {batch}", **_gpu_cols(r, peak)})
     best = max(rows, key=lambda x: x["padded tok/s"])
     best_batch = int(best["variant"].rsplit(" ", 1)[-1])
-    for name_, extra in list(VARIANTS.items())[1:] if not args.skip_variants else []:
+    variants = [] if args.skip_variants else [(n, e) for n, e in list(VARIANTS.items())[1:] if not args.only or any(o in n for o in args.only)]
+    for name_, extra in variants:
         try:
             r = fsdp_run("t5-large", best_batch, 512, 128, args.steps, 1, extra)
             rows.append({"variant": f"{name_}, batch {best_batch}", **_gpu_cols(r, peak)})
@@ -99,6 +100,7 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--skip-variants", action="store_true", help="GPU: batch-size sweep only")
     ap.add_argument("--variants-batch", type=int, help="GPU: variants only, at this batch size")
+    ap.add_argument("--only", nargs="+", help="GPU: run only the variants whose name contains one of these words")
     ap.add_argument("--json", help="also write the rows here")
     args = ap.parse_args(argv)
     rows = gpu(args) if args.gpu else cpu(args)
