@@ -12,10 +12,10 @@ import datetime
 import json
 import sys
 
-from bench.common import run_program, table
+from bench.common import PROGRAMS, run_program, table
 from bench.flops import peak_tflops, t5_train_flops
 
-sys.path.insert(0, str(__import__("bench.common", fromlist=["PROGRAMS"]).PROGRAMS))
+sys.path.insert(0, str(PROGRAMS))
 from fsdp_t5 import T5_CONFIGS  # noqa: E402
 
 VARIANTS = {

@@ -93,7 +93,7 @@ class Cluster(pulumi.ComponentResource):
         self.kubeconfig = pulumi.Output.secret(self.eks_cluster.kubeconfig_json)
         # The EKS-managed cluster security group: managed-node-group nodes use it, so GPU nodes
         # launched by Karpenter use it too (tagged for discovery in the GPU capacity component).
-        self.security_group_id = self.eks_cluster.core.cluster.apply(_cluster_security_group_id)
+        self.security_group_id = self.eks_cluster.core.cluster.apply(lambda c: c.vpc_config.cluster_security_group_id)
         self.oidc_provider_arn = self.eks_cluster.oidc_provider_arn
         self.oidc_provider_url = self.eks_cluster.oidc_provider_url
 
@@ -128,10 +128,3 @@ class Cluster(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self),
             )
 
-
-def _cluster_security_group_id(core_cluster) -> str:
-    """Read the EKS-managed security group id from the cluster (a resource when deployed,
-    a plain mapping under the mock runtime)."""
-    if isinstance(core_cluster, dict):
-        return core_cluster["vpcConfig"]["clusterSecurityGroupId"]
-    return core_cluster.vpc_config.cluster_security_group_id

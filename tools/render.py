@@ -16,6 +16,7 @@ import sys
 
 import yaml
 
+from k8s.resources import resource_name
 from tools.mock_runtime import ProgramError, ProgramRun, run_program
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -29,9 +30,7 @@ def manifests(run: ProgramRun) -> dict[str, dict]:
         if not reg.custom or not reg.type.startswith("kubernetes:") or reg.type.startswith(NOT_MANIFESTS):
             continue
         obj = _canonical({k: v for k, v in reg.inputs.items() if not k.startswith("__")})
-        meta = obj.get("metadata") or {}
-        parts = [str(obj.get("kind", "")).lower()] + ([meta["namespace"]] if meta.get("namespace") else []) + [str(meta.get("name", reg.name))]
-        out["-".join(parts) + ".yaml"] = obj
+        out[resource_name(obj) + ".yaml"] = obj
     return out
 
 
