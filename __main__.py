@@ -27,7 +27,7 @@ network = Network("net", settings=settings.network, cluster_name=settings.cluste
 cluster = Cluster("eks", settings=settings, network=network, tags=tags)
 gpu_aws = GpuAws("gpu", settings=settings, cluster=cluster, vpc_id=network.vpc_id, tags=tags)
 capacity = GpuCapacity("gpu", settings=settings, gpu_aws=gpu_aws, cluster_name=cluster.name, provider=cluster.provider, tags=tags)
-trainer = Trainer("trainer", settings=settings.trainer, efa_enabled=settings.efa.enabled, provider=cluster.provider, depends_on=capacity.node_pools)
+trainer = Trainer("trainer", settings=settings.trainer, provider=cluster.provider, depends_on=capacity.node_pools)
 if settings.trainjobs.jobs():
     storage = CheckpointStorage("checkpoints", settings=settings, cluster=cluster, network=network, tags=tags)
     jobs = TrainJobs("jobs", settings=settings, trainer=trainer, storage=storage, capacity=capacity.node_pools, provider=cluster.provider)

@@ -18,9 +18,9 @@ from workloads import trainjob as tj  # noqa: E402
 _s = load_settings(project_config(), stack=pulumi.get_stack(), region=aws_region())
 _files = tj.code_files()
 for i in range(n):
-    rt = torch_runtime(_s.trainer, False)
+    rt = torch_runtime(_s.trainer)
     rt["metadata"]["name"] = f"torch-scale-{i}"
     apply_manifest(rt, pulumi.ResourceOptions(provider=cluster.provider))  # noqa: F821 - defined by the real program
-    job = tj.trainjob(tj.WORKLOADS["ddp"], _s.trainjobs.ddp, _s, code_configmap=tj.code_configmap_name(_files))
+    job = tj.trainjob(tj.WORKLOADS["ddp"], _s.trainjobs.ddp, _s, code_configmap=tj.code_configmap_name(_files), runtime_name=rt["metadata"]["name"])
     job["metadata"]["name"] = f"ddp-scale-{i}"
     apply_manifest(job, pulumi.ResourceOptions(provider=cluster.provider))  # noqa: F821

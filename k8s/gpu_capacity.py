@@ -63,7 +63,7 @@ class GpuCapacity(pulumi.ComponentResource):
                         root_volume_gib=s.gpu_pool.root_volume_size_gib,
                         tags=node_tags,
                         placement_group=self._aws.placement_group_name,
-                        interfaces=g.network_interfaces(types[0]),
+                        interfaces=g.efa_network_interfaces(types[0]),
                         extra_security_group_tags={EFA_SG_TAG: self._cluster_name},
                     ),
                     self._opts(depends_on=[karpenter, *self._aws.efa_resources]),

@@ -10,12 +10,26 @@ Every runtime shares the same policies:
   rank, so recovery is always a whole-group restart from the last checkpoint;
 * a memory-backed ``/dev/shm`` sized by ``trainer.shmSize`` (the pod default is 64 MB);
 * ``karpenter.sh/do-not-disrupt`` on pods, the GPU taint tolerated, GPU-pool nodes required;
-* NCCL/EFA environment when EFA is on;
+* no EFA environment: a TrainJob adds it only when it really gets EFA devices;
 * no ``ttlSecondsAfterFinished`` (it makes TrainJobs recreate their JobSet).
+
+Names. Parts of a ClusterTrainingRuntime are immutable (the CRD's CEL rules ``self == oldSelf``
+on ``spec.template.spec`` ``failurePolicy``, ``network``, ``startupPolicy``, ``successPolicy``,
+``volumeClaimPolicies`` and each replicated job's ``dependsOn``, Trainer v2.1.0 and v2.3.0): an
+in-place change is refused with 422. So a runtime is named ``<base>-<hash>``, the hash taken over
+exactly those parts; a change to them makes a new runtime, and the TrainJobs that reference it
+(``runtimeRef`` is immutable too) are replaced and resume from their checkpoints. Changes to the
+mutable rest (image, env, ``/dev/shm`` size, scheduling) update the runtime in place and apply
+to JobSets created afterwards; running JobSets keep the pods they were created with. The label
+``training-platform/runtime: <base>`` finds the current runtime of a kind. The old runtime is
+deleted without waiting (``pulumi.com/skipAwait``): the Trainer keeps it, through its finalizer,
+until the last TrainJob that references it is gone, and ``pulumi up`` does not block on that.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import pathlib
 from typing import Any
 
@@ -30,6 +44,13 @@ DO_NOT_DISRUPT = {"karpenter.sh/do-not-disrupt": "true"}
 ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 FRAMEWORK_LABEL = "trainer.kubeflow.org/framework"
 
+RUNTIME_LABEL = "training-platform/runtime"
+SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
+# spec.template.spec fields the CRDs mark immutable (CEL ``self == oldSelf``), both Trainer versions.
+IMMUTABLE_TEMPLATE_FIELDS = ("failurePolicy", "network", "startupPolicy", "successPolicy", "volumeClaimPolicies")
+IMMUTABLE_REPLICATED_JOB_FIELDS = ("dependsOn",)
+
+# libfabric/NCCL settings for EFA; TrainJobs that get EFA devices add them (workloads/trainjob.py).
 EFA_ENV = [
     {"name": "FI_PROVIDER", "value": "efa"},
     {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"},
@@ -82,8 +103,23 @@ def _node_container(image: str, env: list[dict], command: list[str] | None) -> d
     return container
 
 
-def runtime(*, name: str, framework: str, trainer: TrainerSettings, efa_enabled: bool, image: str, ml_policy: dict, command: list[str] | None = None, extra_env: list[dict] | None = None) -> dict:
-    env = BASE_ENV + (EFA_ENV if efa_enabled else []) + (extra_env or [])
+def immutable_parts(manifest: dict) -> dict:
+    """The parts of a runtime the API server refuses to change in place."""
+    spec = manifest["spec"]["template"]["spec"]
+    return {
+        "template": {k: spec[k] for k in IMMUTABLE_TEMPLATE_FIELDS if k in spec},
+        "replicatedJobs": {rj["name"]: {k: rj[k] for k in IMMUTABLE_REPLICATED_JOB_FIELDS if k in rj} for rj in spec.get("replicatedJobs", [])},
+    }
+
+
+def content_name(base: str, manifest: dict) -> str:
+    digest = hashlib.sha256(json.dumps(immutable_parts(manifest), sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return f"{base}-{digest[:8]}"
+
+
+def runtime(*, name: str, framework: str, trainer: TrainerSettings, image: str, ml_policy: dict, command: list[str] | None = None, extra_env: list[dict] | None = None) -> dict:
+    """A ClusterTrainingRuntime named ``<name>-<hash of its immutable parts>``."""
+    env = BASE_ENV + (extra_env or [])
     pod_spec = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,  # training code never calls the Kubernetes API
@@ -105,29 +141,31 @@ def runtime(*, name: str, framework: str, trainer: TrainerSettings, efa_enabled:
             },
         },
     }
-    return {
+    manifest = {
         "apiVersion": trainer_api.API_VERSION,
         "kind": "ClusterTrainingRuntime",
-        "metadata": {"name": name, "labels": {FRAMEWORK_LABEL: framework}},
+        "metadata": {"name": name, "labels": {FRAMEWORK_LABEL: framework, RUNTIME_LABEL: name}, "annotations": dict(SKIP_AWAIT)},
         "spec": {
             "mlPolicy": {"numNodes": 1, **ml_policy},
             "template": {"spec": {"failurePolicy": failure_policy(trainer.max_restarts), "replicatedJobs": [job]}},
         },
     }
+    manifest["metadata"]["name"] = content_name(name, manifest)
+    return manifest
 
 
-def torch_runtime(trainer: TrainerSettings, efa_enabled: bool) -> dict:
+def torch_runtime(trainer: TrainerSettings) -> dict:
     return runtime(
-        name="torch-distributed-gpu", framework="torch", trainer=trainer, efa_enabled=efa_enabled, image=versions.TORCH_RUNTIME_IMAGE,
+        name="torch-distributed-gpu", framework="torch", trainer=trainer, image=versions.TORCH_RUNTIME_IMAGE,
         ml_policy={"torch": trainer_api.torch_ml_policy(trainer.version)},
     )
 
 
-def deepspeed_runtime(trainer: TrainerSettings, efa_enabled: bool) -> dict:
+def deepspeed_runtime(trainer: TrainerSettings) -> dict:
     """DeepSpeed launched by torchrun (one launcher per node, the Trainer's PET_* rendezvous),
     so it shares the torch runtime's restart semantics instead of an MPI launcher."""
     return runtime(
-        name="deepspeed-distributed-gpu", framework="deepspeed", trainer=trainer, efa_enabled=efa_enabled, image=versions.DEEPSPEED_RUNTIME_IMAGE,
+        name="deepspeed-distributed-gpu", framework="deepspeed", trainer=trainer, image=versions.DEEPSPEED_RUNTIME_IMAGE,
         ml_policy={"torch": trainer_api.torch_ml_policy(trainer.version)},
     )
 
@@ -138,11 +176,11 @@ def tf_config_wrapper() -> list[str]:
     return ["python3", "-c", source, "--"]
 
 
-def tensorflow_runtime(trainer: TrainerSettings, efa_enabled: bool) -> dict:
+def tensorflow_runtime(trainer: TrainerSettings) -> dict:
     """The torch policy is used only for what it injects (node count, rank, node 0's address);
     the TrainJob passes its program as ``trainer.args`` and keeps the wrapper command."""
     return runtime(
-        name="tensorflow-distributed", framework="tensorflow", trainer=trainer, efa_enabled=efa_enabled, image=versions.TENSORFLOW_RUNTIME_IMAGE,
+        name="tensorflow-distributed", framework="tensorflow", trainer=trainer, image=versions.TENSORFLOW_RUNTIME_IMAGE,
         ml_policy={"torch": trainer_api.torch_ml_policy(trainer.version)}, command=tf_config_wrapper(),
     )
 
@@ -150,8 +188,14 @@ def tensorflow_runtime(trainer: TrainerSettings, efa_enabled: bool) -> dict:
 BUILDERS = {"torch-distributed-gpu": torch_runtime, "deepspeed-distributed-gpu": deepspeed_runtime, "tensorflow-distributed": tensorflow_runtime}
 
 
-def runtimes(trainer: TrainerSettings, efa_enabled: bool) -> list[dict]:
-    return [BUILDERS[name](trainer, efa_enabled) for name in trainer.runtimes]
+def runtimes(trainer: TrainerSettings) -> dict[str, dict]:
+    """Base name (``torch-distributed-gpu``, ...) -> runtime manifest, for the configured runtimes."""
+    return {name: BUILDERS[name](trainer) for name in trainer.runtimes}
+
+
+def runtime_names(trainer: TrainerSettings) -> dict[str, str]:
+    """Base name -> the current (content-hashed) object name; TrainJobs reference these."""
+    return {base: obj["metadata"]["name"] for base, obj in runtimes(trainer).items()}
 
 
 def trainer_chart_values(version: str) -> dict:

@@ -31,8 +31,9 @@ TRAINER_NAMESPACE = "kubeflow-system"
 
 class Trainer(pulumi.ComponentResource):
     runtimes: dict[str, pulumi.Resource]
+    runtime_names: dict[str, str]
 
-    def __init__(self, name: str, *, settings: TrainerSettings, efa_enabled: bool, provider: k8s.Provider, depends_on: list[pulumi.Resource] | None = None, opts: pulumi.ResourceOptions | None = None):
+    def __init__(self, name: str, *, settings: TrainerSettings, provider: k8s.Provider, depends_on: list[pulumi.Resource] | None = None, opts: pulumi.ResourceOptions | None = None):
         super().__init__("training-platform:k8s:Trainer", name, None, opts)
         self.version = settings.version
         self.release = release(
@@ -44,8 +45,11 @@ class Trainer(pulumi.ComponentResource):
             values=trainer_chart_values(settings.version),
             opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=depends_on or []),
         )
+        manifests = runtimes(settings)
+        # keyed by base name (torch-distributed-gpu, ...); the objects carry content-hashed names
+        self.runtime_names = {base: obj["metadata"]["name"] for base, obj in manifests.items()}
         self.runtimes = {
-            obj["metadata"]["name"]: apply_manifest(obj, pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[self.release]))
-            for obj in runtimes(settings, efa_enabled)
+            base: apply_manifest(obj, pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[self.release]))
+            for base, obj in manifests.items()
         }
-        self.register_outputs({"version": self.version, "runtimes": list(self.runtimes)})
+        self.register_outputs({"version": self.version, "runtimes": self.runtime_names})

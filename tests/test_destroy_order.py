@@ -48,7 +48,9 @@ def graph():
 def test_trainjobs_go_before_runtimes_code_storage_and_node_pools(graph):
     jobs = graph.find(":TrainJob")
     assert len(jobs) == 2
-    graph.all_reach(jobs, graph.find(":ClusterTrainingRuntime", "clustertrainingruntime-torch-distributed-gpu"))
+    torch = [u for u in graph.find(":ClusterTrainingRuntime") if "clustertrainingruntime-torch-distributed-gpu-" in u]
+    assert len(torch) == 1
+    graph.all_reach(jobs, torch)
     graph.all_reach(jobs, graph.find(":NodePool") + graph.find(":EC2NodeClass"))
     graph.all_reach(jobs, graph.find(":PersistentVolumeClaim") + graph.find(":ConfigMap") + graph.find(":Namespace"))
 

@@ -131,7 +131,7 @@ def test_efa_on_creates_plugin_placement_group_security_group_and_efa_pool():
     nc = find(run, "EC2NodeClass", "gpu-efa")["spec"]
     assert nc["placementGroupSelector"] == {"name": "training-dev-efa"}
     nics = nc["networkInterfaces"]
-    assert len(nics) == 32
+    assert len(nics) == 33  # the ENA primary and 32 EFA-only interfaces: 32 EFA devices (tests/test_efa.py)
     assert nics[0] == {"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"}
     assert all(n["interfaceType"] == "efa-only" for n in nics[1:])
     assert {"tags": {"training-platform/efa": "training-dev"}} in nc["securityGroupSelectorTerms"]

@@ -1,6 +1,7 @@
 """Kubeflow Trainer release and ClusterTrainingRuntimes, for both supported versions."""
 
 import json
+import re
 
 import jsonschema
 import pytest
@@ -25,12 +26,14 @@ def node_pod(runtime):
 def test_runtimes_rendered_and_valid_for_each_version(need_schemas, version):
     run = run_config(dev_config(trainer={"version": version, "maxRestarts": 7, "shmSize": "32Gi"}))
     rts = [o for o in objects(run).values() if o["kind"] == "ClusterTrainingRuntime"]
-    assert {r["metadata"]["name"] for r in rts} == {"torch-distributed-gpu", "deepspeed-distributed-gpu", "tensorflow-distributed"}
+    assert {r["metadata"]["labels"][rt.RUNTIME_LABEL] for r in rts} == {"torch-distributed-gpu", "deepspeed-distributed-gpu", "tensorflow-distributed"}
+    for r in rts:
+        assert re.fullmatch(r["metadata"]["labels"][rt.RUNTIME_LABEL] + "-[0-9a-f]{8}", r["metadata"]["name"])
     jobset_spec = v.jobset_schema(version)["properties"]["spec"]
     for r in rts:
         assert v.validate(r, version) == []
         jsonschema.Draft7Validator(jobset_spec).validate(r["spec"]["template"]["spec"])
-    torch = find(run, "ClusterTrainingRuntime", "torch-distributed-gpu")
+    torch = [r for r in rts if r["metadata"]["labels"][rt.RUNTIME_LABEL] == "torch-distributed-gpu"][0]
     assert torch["metadata"]["labels"]["trainer.kubeflow.org/framework"] == "torch"
     assert torch["spec"]["template"]["spec"]["failurePolicy"]["maxRestarts"] == 7
     pod = node_pod(torch)
@@ -48,25 +51,41 @@ def test_runtimes_rendered_and_valid_for_each_version(need_schemas, version):
 
 
 def test_failure_rules_fail_fast_on_non_retryable_exits_and_spare_restarts_on_disruption():
-    r = rt.torch_runtime(TrainerSettings(), efa_enabled=False)
+    r = rt.torch_runtime(TrainerSettings())
     fp = r["spec"]["template"]["spec"]["failurePolicy"]
     actions = {rule["name"]: rule["action"] for rule in fp["rules"]}
     assert actions == {"NonRetryableExit": "FailJobSet", "NodeDisruption": "RestartJobSetAndIgnoreMaxRestarts"}
     job = r["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
     assert job["backoffLimit"] == 0
     assert job["podFailurePolicy"]["rules"][0]["onExitCodes"]["values"] == [2, 3]
-    import re
-
     pattern = fp["rules"][0]["onJobFailureMessagePatterns"][0]
     assert re.search(pattern, "Container node for pod training/x-node-0-1 failed with exit code 3 matching FailJob rule at index 0")
     assert not re.search(pattern, "Container node for pod training/x-node-0-1 failed with exit code 1 matching FailJob rule at index 0")
 
 
-def test_efa_env_only_when_enabled():
-    env_on = node_pod(rt.torch_runtime(TrainerSettings(), True))["spec"]["containers"][0]["env"]
-    env_off = node_pod(rt.torch_runtime(TrainerSettings(), False))["spec"]["containers"][0]["env"]
-    assert {"name": "FI_PROVIDER", "value": "efa"} in env_on
-    assert all(e["name"] != "FI_PROVIDER" for e in env_off)
+def test_runtimes_never_set_efa_env():
+    """EFA env is per job (only jobs that get EFA devices); a shared runtime must not force it."""
+    for base in rt.BUILDERS:
+        env = node_pod(rt.BUILDERS[base](TrainerSettings()))["spec"]["containers"][0]["env"]
+        assert all(not e["name"].startswith("FI_") for e in env)
+
+
+def test_runtime_name_follows_immutable_parts_only():
+    base = rt.torch_runtime(TrainerSettings())
+    restarts = rt.torch_runtime(TrainerSettings(max_restarts=9))
+    shm = rt.torch_runtime(TrainerSettings(shm_size="32Gi"))
+    assert base["metadata"]["name"] != restarts["metadata"]["name"]  # failurePolicy is immutable
+    assert base["metadata"]["name"] == shm["metadata"]["name"]  # the pod template is not
+    assert node_pod(shm) != node_pod(base)
+    assert base["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"
+
+
+def test_trainjobs_reference_the_current_runtime_name():
+    for restarts in (3, 9):
+        run = run_config(dev_config(trainer={"maxRestarts": restarts}))
+        names = {o["metadata"]["name"] for o in objects(run).values() if o["kind"] == "ClusterTrainingRuntime"}
+        refs = {o["spec"]["runtimeRef"]["name"] for o in objects(run).values() if o["kind"] == "TrainJob"}
+        assert refs and refs <= names
 
 
 def test_trainer_release_in_plan_and_runtimes_depend_on_it():
@@ -83,7 +102,7 @@ def test_trainer_release_in_plan_and_runtimes_depend_on_it():
 
 def test_only_configured_runtimes_are_installed():
     run = run_config(dev_config(trainer={"runtimes": ["torch-distributed-gpu"]}, trainjobs={"ddp": {"enabled": False}, "fsdp": {"enabled": False}}))
-    names = [o["metadata"]["name"] for o in objects(run).values() if o["kind"] == "ClusterTrainingRuntime"]
+    names = [o["metadata"]["labels"][rt.RUNTIME_LABEL] for o in objects(run).values() if o["kind"] == "ClusterTrainingRuntime"]
     assert names == ["torch-distributed-gpu"]
 
 

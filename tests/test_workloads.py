@@ -26,7 +26,7 @@ def test_trainjobs_take_the_shape_of_the_trainer_version_and_validate(need_schem
         other = {"podTemplateOverrides", "runtimePatches"} - {field}
         assert not other & set(job["spec"])
         assert v.validate(job, version) == []
-        assert job["spec"]["runtimeRef"]["name"] == "torch-distributed-gpu"
+        assert job["spec"]["runtimeRef"]["name"].startswith("torch-distributed-gpu-")
     if version == "v2.3.0":
         patch = find(run, "TrainJob", "ddp-mnist")["spec"]["runtimePatches"][0]
         assert "/" in patch["manager"] and "." in patch["manager"].split("/")[0]

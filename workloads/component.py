@@ -30,7 +30,7 @@ class TrainJobs(pulumi.ComponentResource):
         self.jobs = {}
         for kind, job in settings.trainjobs.jobs().items():
             workload = tj.WORKLOADS[kind]
-            manifest = tj.trainjob(workload, job, settings, code_configmap=tj.code_configmap_name(files))
+            manifest = tj.trainjob(workload, job, settings, code_configmap=tj.code_configmap_name(files), runtime_name=trainer.runtime_names[tj.TORCH_RUNTIME])
             # TrainJob specs are (mostly) immutable: any change replaces the job, deleting the
             # old one first. Depending on the runtime and the node pools makes destroy remove
             # the job (and its pods) before either.

@@ -12,7 +12,8 @@ from typing import Any
 from infra import catalog
 from infra.settings import DdpJobSettings, FsdpJobSettings, Settings, job_gpus_per_node
 from k8s import trainer_api
-from k8s.gpu_objects import EFA_LABEL
+from k8s.gpu_objects import EFA_LABEL, efa_devices_per_node
+from k8s.runtimes import EFA_ENV, runtime_names
 
 PROGRAMS_DIR = pathlib.Path(__file__).with_name("programs")
 CODE_MOUNT = "/opt/training/code"
@@ -112,11 +113,27 @@ def program_args(workload: Workload, job: DdpJobSettings | FsdpJobSettings) -> l
 
 
 def efa_devices(job: DdpJobSettings | FsdpJobSettings, settings: Settings) -> int:
-    """EFA devices for one node of the job: the type's interfaces, in proportion to the GPUs used."""
+    """EFA devices for one node of the job: what the EFA pool's nodes of this type expose
+    (``efa_devices_per_node``, the same function the node class is built from), in proportion
+    to the GPUs used. 0 when the type does not land in the EFA pool: then it gets no EFA devices
+    and no EFA environment either."""
     if not (settings.efa.enabled and job.instance_type in settings.efa.instance_types):
         return 0
+    per_node = efa_devices_per_node(job.instance_type)
+    if not per_node:
+        return 0
     info = catalog.lookup(job.instance_type)
-    return max(1, info.efa_interfaces * job_gpus_per_node(job) // info.gpus)
+    return max(1, per_node * job_gpus_per_node(job) // info.gpus)
+
+
+def job_env(job: DdpJobSettings | FsdpJobSettings, settings: Settings) -> list[dict]:
+    """The trainer container's env: libfabric/NCCL EFA settings only for jobs that get EFA
+    devices (a job told ``FI_PROVIDER=efa`` on a node without EFA fails to initialise NCCL's
+    network plugin instead of falling back to sockets)."""
+    env = [{"name": "HF_HOME", "value": f"{CHECKPOINT_MOUNT}/hf-cache"}]
+    if efa_devices(job, settings):
+        env += [dict(e) for e in EFA_ENV]
+    return env
 
 
 def resources_per_node(job: DdpJobSettings | FsdpJobSettings, settings: Settings) -> dict:
@@ -133,7 +150,9 @@ def resources_per_node(job: DdpJobSettings | FsdpJobSettings, settings: Settings
     return {"requests": {"cpu": str(cpu), "memory": f"{memory}Gi"}, "limits": {**limits, "memory": f"{memory}Gi"}}
 
 
-def trainjob(workload: Workload, job: DdpJobSettings | FsdpJobSettings, settings: Settings, *, code_configmap: str) -> dict:
+def trainjob(workload: Workload, job: DdpJobSettings | FsdpJobSettings, settings: Settings, *, code_configmap: str, runtime_name: str | None = None) -> dict:
+    """The TrainJob of a workload on the torch runtime (``runtime_name``: its current content-hashed
+    name; computed from the settings when not given)."""
     ns = settings.trainjobs.namespace
     node_selector = {"node.kubernetes.io/instance-type": job.instance_type}
     if job.availability_zone:
@@ -163,7 +182,7 @@ def trainjob(workload: Workload, job: DdpJobSettings | FsdpJobSettings, settings
         "kind": "TrainJob",
         "metadata": {"name": workload.name, "namespace": ns, "labels": {JOB_LABEL: workload.kind}},
         "spec": {
-            "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime", "name": TORCH_RUNTIME},
+            "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime", "name": runtime_name or runtime_names(settings.trainer)[TORCH_RUNTIME]},
             "trainer": {
                 "image": job.image,
                 # launch.py keeps the workers' non-retryable exit codes visible to the failure policy
@@ -172,7 +191,7 @@ def trainjob(workload: Workload, job: DdpJobSettings | FsdpJobSettings, settings
                 "numNodes": job.num_nodes,
                 "numProcPerNode": gpus,
                 "resourcesPerNode": resources_per_node(job, settings),
-                "env": [{"name": "HF_HOME", "value": f"{CHECKPOINT_MOUNT}/hf-cache"}],
+                "env": job_env(job, settings),
             },
             field: value,
         },
