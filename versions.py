@@ -7,6 +7,16 @@ Python packages are pinned in ``requirements.txt`` (tooling) and ``workloads/req
 # EKS
 KUBERNETES_VERSIONS = ("1.32", "1.33", "1.34", "1.35")
 DEFAULT_KUBERNETES_VERSION = "1.34"
+# CoreDNS managed add-on per Kubernetes version: the EKS User Guide's "CoreDNS versions" table
+# (Manage CoreDNS for DNS in Amazon EKS clusters, read Nov 2026). That table stops at 1.34; 1.35
+# keeps the 1.34 pin until EKS lists one (check `aws eks describe-addon-versions --addon-name
+# coredns --kubernetes-version 1.35` before moving a stack to 1.35).
+COREDNS_ADDON_VERSIONS = {
+    "1.32": "v1.11.4-eksbuild.24",
+    "1.33": "v1.12.4-eksbuild.1",
+    "1.34": "v1.12.4-eksbuild.1",
+    "1.35": "v1.12.4-eksbuild.1",
+}
 # AL2023 AMI alias for Karpenter GPU nodes (EC2NodeClass amiSelectorTerms alias). Pinned, not @latest.
 GPU_NODE_AMI_ALIAS = "al2023@v20261105"
 

@@ -1,5 +1,20 @@
-"""Cluster: EKS (pulumi-eks) with access entries, ARM and x86 managed node groups, and the
-Kubernetes provider every later Kubernetes object uses."""
+"""Cluster: EKS (pulumi-eks) with access entries, ARM and x86 managed node groups, CoreDNS, and
+the Kubernetes provider every later Kubernetes object uses.
+
+Facts from pulumi-eks ``nodejs/eks/cluster/cluster.ts`` (v3.x-v4.3) this component relies on:
+
+* the cluster is created with ``accessConfig.bootstrapClusterCreatorAdminPermissions: true``
+  (hard-coded): the principal that creates it gets an EKS-made admin access entry. An explicit
+  entry for the same principal fails the create (``ResourceInUseException``), so the creator is
+  left out of the explicit admin entries (see ``admin_access_entries``);
+* with ``skipDefaultNodeGroup`` the managed CoreDNS add-on is created inside the component only when
+  enabled explicitly (or in Auto Mode), before any node exists, and ``pulumi up`` then waits 20
+  minutes on a DEGRADED add-on (pulumi-eks #1819). It is turned off there and created here, after
+  the managed node groups; Auto Mode clusters keep the DNS that Auto Mode runs itself;
+* ``tags`` are copied onto every security group the component makes, so the
+  ``karpenter.sh/discovery`` tag is not passed there: it goes on the one EKS-managed cluster
+  security group only (``infra/gpu_aws.py``).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +23,7 @@ import pulumi_aws as aws
 import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
+import versions
 from infra.iam import assume_role_policy
 from infra.network import Network
 from infra.settings import Settings
@@ -41,25 +57,22 @@ class Cluster(pulumi.ComponentResource):
         self.name = settings.cluster_name
         self._create_cluster(name, network)
         self._create_node_groups(name, network)
+        self._create_coredns(name)
         self.provider = k8s.Provider(
             f"{name}-k8s",
             kubeconfig=self.kubeconfig,
             enable_server_side_apply=True,
             delete_unreachable=False,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=list(self.node_groups.values())),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*self.node_groups.values(), *([self.coredns] if self.coredns else [])]),
         )
         self.register_outputs({"clusterName": self.name, "nodeGroupNames": self.node_group_names})
 
     def _create_cluster(self, name: str, network: Network) -> None:
         s = self._s
         auto = s.gpu_pool.mode == "auto"
-        access_entries = {
-            f"admin-{i}": eks.AccessEntryArgs(
-                principal_arn=arn,
-                access_policies={"cluster-admin": eks.AccessPolicyAssociationArgs(policy_arn=CLUSTER_ADMIN_POLICY, access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"))},
-            )
-            for i, arn in enumerate(s.cluster.admin_principal_arns)
-        }
+        creator = self._record_creator(name)
+        admins = list(s.cluster.admin_principal_arns)
+        access_entries = creator.apply(lambda c: admin_access_entries(admins, creator_arn=c))
         self.eks_cluster = eks.Cluster(
             f"{name}-eks",
             name=self.name,
@@ -77,7 +90,7 @@ class Cluster(pulumi.ComponentResource):
             encryption_config_key_arn=s.cluster.secrets_kms_key_arn,
             create_oidc_provider=True,
             skip_default_node_group=True,
-            coredns_addon_options=eks.CoreDnsAddonOptionsArgs(enabled=True),
+            coredns_addon_options=eks.CoreDnsAddonOptionsArgs(enabled=False),  # created after the node groups
             auto_mode=eks.AutoModeOptionsArgs(
                 enabled=True,
                 create_node_role=True,
@@ -87,7 +100,7 @@ class Cluster(pulumi.ComponentResource):
             )
             if auto
             else None,
-            tags={**self._tags, "karpenter.sh/discovery": self.name},
+            tags=dict(self._tags),  # copied onto every security group: no discovery tag here
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.kubeconfig = pulumi.Output.secret(self.eks_cluster.kubeconfig_json)
@@ -96,6 +109,41 @@ class Cluster(pulumi.ComponentResource):
         self.security_group_id = self.eks_cluster.core.cluster.apply(lambda c: c.vpc_config.cluster_security_group_id)
         self.oidc_provider_arn = self.eks_cluster.oidc_provider_arn
         self.oidc_provider_url = self.eks_cluster.oidc_provider_url
+
+    def _record_creator(self, name: str) -> pulumi.Output[str]:
+        """The principal EKS made the bootstrap admin entry for: the caller of the first
+        ``pulumi up``. Kept in an SSM parameter whose value never changes after creation
+        (``ignore_changes``), so a later run by another admin still knows who created the cluster
+        and keeps that admin's own explicit entry."""
+        caller = aws.get_caller_identity_output(opts=pulumi.InvokeOptions(parent=self))
+        param = aws.ssm.Parameter(
+            f"{name}-bootstrap-admin",
+            name=f"/training-platform/{self.name}/bootstrap-admin",
+            type="String",
+            value=caller.arn.apply(iam_principal_of),
+            description="Principal that created the EKS cluster (EKS gave it the bootstrap admin access entry)",
+            tags=self._tags,
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["value"]),
+        )
+        self.bootstrap_admin = param
+        return param.value
+
+    def _create_coredns(self, name: str) -> None:
+        """CoreDNS as a managed add-on once nodes exist to run it (not in Auto Mode, which runs
+        cluster DNS itself). Version pinned per Kubernetes version in ``versions.py``."""
+        self.coredns = None
+        if self._s.gpu_pool.mode == "auto":
+            return
+        self.coredns = aws.eks.Addon(
+            f"{name}-coredns",
+            cluster_name=self.eks_cluster.eks_cluster.name,
+            addon_name="coredns",
+            addon_version=versions.COREDNS_ADDON_VERSIONS[self._s.cluster.version],
+            resolve_conflicts_on_create="OVERWRITE",  # take over the self-managed CoreDNS EKS installed
+            resolve_conflicts_on_update="OVERWRITE",
+            tags=self._tags,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(self.node_groups.values())),
+        )
 
     @property
     def node_group_names(self) -> list[str]:
@@ -128,3 +176,40 @@ class Cluster(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self),
             )
 
+
+
+def iam_principal_of(caller_arn: str) -> str:
+    """The IAM principal behind a caller ARN: an STS assumed-role session
+    (``arn:aws:sts::ACCOUNT:assumed-role/ROLE/SESSION``) is the role
+    ``arn:aws:iam::ACCOUNT:role/ROLE``; users and roles are returned unchanged."""
+    parts = caller_arn.split(":", 5)
+    if len(parts) == 6 and parts[2] == "sts" and parts[5].startswith("assumed-role/"):
+        role = parts[5].split("/")[1]
+        return f"arn:{parts[1]}:iam::{parts[4]}:role/{role}"
+    return caller_arn
+
+
+def _principal_key(arn: str) -> tuple[str, str, str, str]:
+    """(partition, account, kind, name) of an IAM principal, ignoring the role path: an STS
+    session names its role without the path, and EKS matches the role itself."""
+    arn = iam_principal_of(arn)
+    parts = arn.split(":", 5)
+    if len(parts) < 6:
+        return (arn, "", "", "")
+    kind, _, rest = parts[5].partition("/")
+    return (parts[1], parts[4], kind, rest.rsplit("/", 1)[-1])
+
+
+def admin_access_entries(admin_arns: list[str], *, creator_arn: str | None) -> dict[str, eks.AccessEntryArgs]:
+    """Cluster-admin access entries for ``admin_arns``, keyed by their position in the list (so
+    removing one never renames the others), leaving out the cluster's creator, who already has
+    EKS's bootstrap admin entry."""
+    creator = _principal_key(creator_arn) if creator_arn else None
+    return {
+        f"admin-{i}": eks.AccessEntryArgs(
+            principal_arn=arn,
+            access_policies={"cluster-admin": eks.AccessPolicyAssociationArgs(policy_arn=CLUSTER_ADMIN_POLICY, access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"))},
+        )
+        for i, arn in enumerate(admin_arns)
+        if _principal_key(arn) != creator
+    }

@@ -74,7 +74,7 @@ def test_cluster_auth_endpoint_logging_and_addons():
     assert c["publicAccessCidrs"] == ["203.0.113.0/24"]
     assert set(c["enabledClusterLogTypes"]) == {"api", "audit", "authenticator", "controllerManager", "scheduler"}
     assert c["skipDefaultNodeGroup"] is True
-    assert c["corednsAddonOptions"]["enabled"] is True
+    assert c["corednsAddonOptions"]["enabled"] is False  # created after the node groups (test_cluster_bootstrap.py)
     assert c["createOidcProvider"] is True
     assert c["version"] == "1.34"
     assert c["nodeAssociatePublicIpAddress"] is False

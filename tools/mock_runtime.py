@@ -87,6 +87,7 @@ class Registration:
     state: dict = field(default_factory=dict)
     replace_on_changes: list[str] = field(default_factory=list)
     delete_before_replace: bool = False
+    ignore_changes: list[str] = field(default_factory=list)
     property_dependencies: dict[str, list[str]] = field(default_factory=dict)
 
     def to_plan(self) -> dict:
@@ -101,6 +102,7 @@ class Registration:
             "propertyDependencies": self.property_dependencies,
             **({"replaceOnChanges": self.replace_on_changes} if self.replace_on_changes else {}),
             **({"deleteBeforeReplace": True} if self.delete_before_replace else {}),
+            **({"ignoreChanges": self.ignore_changes} if self.ignore_changes else {}),
         }
 
 
@@ -111,8 +113,9 @@ def _short_id(*parts: str) -> str:
 class PlanMocks(pmocks.Mocks):
     """Outputs for each resource type, and answers to provider functions."""
 
-    def __init__(self, region: str):
+    def __init__(self, region: str, caller_arn: str | None = None):
         self.region = region
+        self.caller_arn = caller_arn or f"arn:aws:iam::{ACCOUNT}:user/render"
 
     def call(self, args: pmocks.MockCallArgs):
         tok = args.token
@@ -120,7 +123,7 @@ class PlanMocks(pmocks.Mocks):
             names = [f"{self.region}{c}" for c in "abcdef"]
             return {"names": names, "zoneIds": [f"usw2-az{i}" for i in range(1, 7)], "id": self.region}
         if tok == "aws:index/getCallerIdentity:getCallerIdentity":
-            return {"accountId": ACCOUNT, "arn": f"arn:aws:iam::{ACCOUNT}:user/render", "userId": "AIDRENDER", "id": ACCOUNT}
+            return {"accountId": self.caller_arn.split(":")[4], "arn": self.caller_arn, "userId": "AIDRENDER", "id": self.caller_arn.split(":")[4]}
         if tok == "aws:index/getPartition:getPartition":
             return {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"}
         if tok == "aws:ec2/getSubnet:getSubnet":
@@ -255,6 +258,7 @@ class RecordingMonitor(pmocks.MockMonitor):
             state=state,
             replace_on_changes=list(request.replaceOnChanges),
             delete_before_replace=bool(request.deleteBeforeReplace),
+            ignore_changes=list(request.ignoreChanges),
             property_dependencies={k: list(v.urns) for k, v in request.propertyDependencies.items() if v.urns},
         )
         self.registrations.append(reg)
@@ -321,10 +325,11 @@ def _config_map(project: str, project_file: dict, stack_file: dict) -> tuple[dic
     return as_strings, secrets
 
 
-def run_program(project_dir: str, stack: str, stack_config: dict | None = None, main: str | None = None) -> ProgramRun:
+def run_program(project_dir: str, stack: str, stack_config: dict | None = None, main: str | None = None, caller_arn: str | None = None) -> ProgramRun:
     """Run ``__main__.py`` of the project for ``stack`` under mocks; return what it registered.
 
-    ``stack_config`` replaces ``Pulumi.<stack>.yaml`` (tests use it for other configurations).
+    ``stack_config`` replaces ``Pulumi.<stack>.yaml`` (tests use it for other configurations);
+    ``caller_arn`` is the identity ``aws.getCallerIdentity`` answers with (the deployer).
     Errors raised by the program (bad config included) become :class:`ProgramError`.
     """
     import yaml
@@ -339,7 +344,7 @@ def run_program(project_dir: str, stack: str, stack_config: dict | None = None, 
     config, secret_keys = _config_map(project, project_file, stack_config)
     region = config.get("aws:region", "us-west-2")
 
-    monitor = RecordingMonitor(PlanMocks(region))
+    monitor = RecordingMonitor(PlanMocks(region, caller_arn))
     psettings.ROOT.set(None)
     pulumi.runtime.set_all_config(config, secret_keys)
     pmocks.set_mocks(monitor.mocks, project=project, stack=stack, preview=False, monitor=monitor)
