@@ -16,7 +16,12 @@ from infra.cluster import Cluster
 from infra.network import Network
 from infra.settings import Settings
 
+# Ports from the FSx for Lustre User Guide ("File system access control with Amazon VPC"): Lustre
+# clients and file servers talk on TCP 988 and 1018-1023, and servers also open connections back
+# to clients, so both the file system's and the clients' groups allow them in both directions.
 LUSTRE_PORTS = [(988, 988), (1018, 1023)]
+# EFS User Guide ("Using VPC security groups"): NFS clients connect to mount targets on TCP 2049.
+NFS_PORTS = [(2049, 2049)]
 
 
 class CheckpointStorage(pulumi.ComponentResource):
@@ -41,14 +46,21 @@ class CheckpointStorage(pulumi.ComponentResource):
     def _opts(self, **kw) -> pulumi.ResourceOptions:
         return pulumi.ResourceOptions(parent=self, **kw)
 
-    def _security_group(self, name: str, ports: list[tuple[int, int]]) -> aws.ec2.SecurityGroup:
+    def _security_group(self, name: str, ports: list[tuple[int, int]], *, servers_connect_back: bool) -> aws.ec2.SecurityGroup:
+        """The file system's group. Clients are the nodes in the EKS cluster security group (managed
+        and Karpenter nodes alike); its default egress allows everything, so client-to-server
+        traffic needs only the file system's ingress. ``servers_connect_back`` (Lustre) adds the
+        reverse path: the file system's egress to clients and the cluster group's ingress from it."""
         sg = aws.ec2.SecurityGroup(f"{name}-sg", vpc_id=self._network.vpc_id, description=f"{self.type} checkpoints from cluster nodes", tags=self._tags, opts=self._opts())
+        nodes = self._cluster.security_group_id
         for lo, hi in ports:
-            aws.vpc.SecurityGroupIngressRule(
-                f"{name}-from-nodes-{lo}", security_group_id=sg.id, referenced_security_group_id=self._cluster.security_group_id, ip_protocol="tcp", from_port=lo, to_port=hi, opts=self._opts()
-            )
-            aws.vpc.SecurityGroupIngressRule(f"{name}-from-self-{lo}", security_group_id=sg.id, referenced_security_group_id=sg.id, ip_protocol="tcp", from_port=lo, to_port=hi, opts=self._opts())
-        aws.vpc.SecurityGroupEgressRule(f"{name}-to-self", security_group_id=sg.id, referenced_security_group_id=sg.id, ip_protocol="-1", opts=self._opts())
+            rule = dict(ip_protocol="tcp", from_port=lo, to_port=hi)
+            aws.vpc.SecurityGroupIngressRule(f"{name}-from-nodes-{lo}", security_group_id=sg.id, referenced_security_group_id=nodes, description="from cluster nodes", **rule, opts=self._opts())
+            aws.vpc.SecurityGroupIngressRule(f"{name}-from-self-{lo}", security_group_id=sg.id, referenced_security_group_id=sg.id, description="between file servers", **rule, opts=self._opts())
+            aws.vpc.SecurityGroupEgressRule(f"{name}-to-self-{lo}", security_group_id=sg.id, referenced_security_group_id=sg.id, description="between file servers", **rule, opts=self._opts())
+            if servers_connect_back:
+                aws.vpc.SecurityGroupEgressRule(f"{name}-to-nodes-{lo}", security_group_id=sg.id, referenced_security_group_id=nodes, description="to cluster nodes", **rule, opts=self._opts())
+                aws.vpc.SecurityGroupIngressRule(f"{name}-nodes-from-fs-{lo}", security_group_id=nodes, referenced_security_group_id=sg.id, description=f"{self.type} servers to clients", **rule, opts=self._opts())
         return sg
 
     def _addon(self, name: str, addon: str, version: str) -> None:
@@ -59,7 +71,7 @@ class CheckpointStorage(pulumi.ComponentResource):
 
     def _create_fsx(self, name: str) -> None:
         cfg = self._s.trainjobs.checkpoint_storage
-        sg = self._security_group(name, LUSTRE_PORTS)
+        sg = self._security_group(name, LUSTRE_PORTS, servers_connect_back=True)
         fs = aws.fsx.LustreFileSystem(
             f"{name}-fsx",
             storage_capacity=cfg.capacity_gib,
@@ -79,7 +91,7 @@ class CheckpointStorage(pulumi.ComponentResource):
         self.file_system = fs
 
     def _create_efs(self, name: str) -> None:
-        sg = self._security_group(name, [(2049, 2049)])
+        sg = self._security_group(name, NFS_PORTS, servers_connect_back=False)
         fs = aws.efs.FileSystem(
             f"{name}-efs", encrypted=True, performance_mode="generalPurpose", throughput_mode="elastic",
             tags={**self._tags, "Name": f"{self._cluster.name}-checkpoints"}, opts=self._opts(),

@@ -85,6 +85,7 @@ class Registration:
     depends_on: list[str]
     provider: str | None
     state: dict = field(default_factory=dict)
+    id: str = ""
     replace_on_changes: list[str] = field(default_factory=list)
     delete_before_replace: bool = False
     ignore_changes: list[str] = field(default_factory=list)
@@ -256,6 +257,7 @@ class RecordingMonitor(pmocks.MockMonitor):
             depends_on=list(request.dependencies),
             provider=request.provider or None,
             state=state,
+            id=rid or "",
             replace_on_changes=list(request.replaceOnChanges),
             delete_before_replace=bool(request.deleteBeforeReplace),
             ignore_changes=list(request.ignoreChanges),
