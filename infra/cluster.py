@@ -25,6 +25,7 @@ import pulumi_kubernetes as k8s
 
 import versions
 from infra.iam import assume_role_policy
+from infra.names import EKS_NODE_GROUP, SSM_PARAMETER
 from infra.network import Network
 from infra.settings import Settings
 
@@ -118,7 +119,7 @@ class Cluster(pulumi.ComponentResource):
         caller = aws.get_caller_identity_output(opts=pulumi.InvokeOptions(parent=self))
         param = aws.ssm.Parameter(
             f"{name}-bootstrap-admin",
-            name=f"/training-platform/{self.name}/bootstrap-admin",
+            name=SSM_PARAMETER.name("/training-platform", self.name, "bootstrap-admin", sep="/"),
             type="String",
             value=caller.arn.apply(iam_principal_of),
             description="Principal that created the EKS cluster (EKS gave it the bootstrap admin access entry)",
@@ -150,7 +151,7 @@ class Cluster(pulumi.ComponentResource):
         return [self._node_group_name(k) for k in self.node_groups]
 
     def _node_group_name(self, key: str) -> str:
-        return f"{self.name}-{key}"[:63]
+        return EKS_NODE_GROUP.name(self.name, key)
 
     def _create_node_groups(self, name: str, network: Network) -> None:
         role = aws.iam.Role(f"{name}-node-role", assume_role_policy=assume_role_policy("ec2.amazonaws.com"), tags=self._tags, opts=pulumi.ResourceOptions(parent=self))

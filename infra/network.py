@@ -10,6 +10,7 @@ import pulumi
 import pulumi_aws as aws
 
 from infra.iam import assume_role_policy
+from infra.names import LOG_GROUP
 from infra.settings import NetworkSettings
 
 
@@ -128,7 +129,7 @@ class Network(pulumi.ComponentResource):
         """All accepted and rejected traffic to CloudWatch Logs, written by a role that can write
         only to this log group."""
         group = aws.cloudwatch.LogGroup(
-            f"{name}-flow-logs", name=f"/vpc/{self._cluster_name}/flow-logs", retention_in_days=self._settings.flow_log_retention_days, tags=self._tags, opts=self._child()
+            f"{name}-flow-logs", name=LOG_GROUP.name("/vpc", self._cluster_name, "flow-logs", sep="/"), retention_in_days=self._settings.flow_log_retention_days, tags=self._tags, opts=self._child()
         )
         role = aws.iam.Role(f"{name}-flow-logs", assume_role_policy=assume_role_policy("vpc-flow-logs.amazonaws.com"), tags=self._tags, opts=self._child())
         aws.iam.RolePolicy(

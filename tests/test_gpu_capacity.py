@@ -70,8 +70,8 @@ def test_karpenter_mode_plan_has_release_iam_queue_and_rules():
     queue = run.one("aws:sqs/queue:Queue").inputs
     assert queue["name"] == "training-dev-karpenter" and queue["sqsManagedSseEnabled"] is True
     patterns = [r.inputs["eventPattern"] for r in run.by_type("aws:cloudwatch/eventRule:EventRule")]
-    assert len(patterns) == 4 and any("Spot Instance Interruption" in p for p in patterns)
-    assert len(run.by_type("aws:cloudwatch/eventTarget:EventTarget")) == 4
+    assert len(patterns) == 5 and any("Spot Instance Interruption" in p for p in patterns)
+    assert len(run.by_type("aws:cloudwatch/eventTarget:EventTarget")) == 5
     sg_tags = [t.inputs for t in run.by_type("aws:ec2/tag:Tag") if t.inputs["key"] == "karpenter.sh/discovery"]
     assert sg_tags and sg_tags[0]["resourceId"].startswith("sg-")
     # the controller release waits for its identity before starting
@@ -84,9 +84,9 @@ def test_controller_policy_is_scoped_to_the_cluster():
 
     pol = karpenter_controller_policy(cluster_name="c1", region="us-west-2", account="123456789012", node_role_arn="arn:aws:iam::123456789012:role/n", queue_arn="arn:aws:sqs:us-west-2:123456789012:q")
     by_sid = {s["Sid"]: s for s in pol["Statement"]}
-    assert by_sid["PassNodeRole"]["Resource"] == "arn:aws:iam::123456789012:role/n"
-    assert by_sid["DeleteOwn"]["Condition"]["StringEquals"] == {"aws:ResourceTag/kubernetes.io/cluster/c1": "owned"}
-    assert by_sid["InterruptionQueue"]["Resource"].endswith(":q")
+    assert by_sid["AllowPassingInstanceRole"]["Resource"] == "arn:aws:iam::123456789012:role/n"
+    assert by_sid["AllowScopedDeletion"]["Condition"]["StringEquals"] == {"aws:ResourceTag/kubernetes.io/cluster/c1": "owned"}
+    assert by_sid["AllowInterruptionQueueActions"]["Resource"].endswith(":q")
     for s in pol["Statement"]:
         mutating = [a for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"]) if not a.split(":")[1].startswith(("Describe", "Get", "List"))]
         if mutating and s["Resource"] == "*":

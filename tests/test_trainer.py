@@ -10,7 +10,7 @@ from infra.config_schema import ConfigError
 from infra.settings import TrainerSettings, load_settings
 from k8s import runtimes as rt
 from k8s.tf_config import from_env, tf_config, worker_hosts
-from tests.conftest import dev_config, find, objects, run_config
+from tests.conftest import dev_config, objects, run_config
 from tools import validate as v
 
 VERSIONS = ["v2.1.0", "v2.3.0"]
