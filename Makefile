@@ -36,9 +36,10 @@ emulate: venv
 bench: venv
 	$(PY) -m bench.run_all
 
-## lint: ruff on the code, the policy rules on the plan, checkov on the rendered manifests
+## lint: ruff and pyright on the code, the policy rules on the plan, checkov on the rendered manifests
 lint: venv render
 	$(PY) -m ruff check .
+	PYRIGHT_PYTHON_IGNORE_WARNINGS=1 $(PY) -m pyright  # pinned in requirements.txt: no "new version" check
 	$(PY) -m policy.check out/$(STACK)/plan.json
 	bash tools/checkov.sh out/$(STACK)/manifests
 

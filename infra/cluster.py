@@ -72,8 +72,9 @@ class Cluster(pulumi.ComponentResource):
         s = self._s
         auto = s.gpu_pool.mode == "auto"
         creator = self._record_creator(name)
-        admins = list(s.cluster.admin_principal_arns)
-        access_entries = creator.apply(lambda c: admin_access_entries(admins, creator_arn=c))
+        # a plain dict: accessEntries is a plain input of the pulumi-eks component (its provider
+        # iterates the object it receives), so it cannot be an Output
+        access_entries = admin_access_entries(list(s.cluster.admin_principal_arns), creator_arn=creator)
         self.eks_cluster = eks.Cluster(
             f"{name}-eks",
             name=self.name,
@@ -97,7 +98,7 @@ class Cluster(pulumi.ComponentResource):
                 create_node_role=True,
                 # The built-in "system" pool keeps Auto Mode's default NodeClass, which the
                 # gpu-pool NodePool points at; general workloads stay on the managed node groups.
-                compute_config=aws.eks.ClusterComputeConfigArgs(node_pools=["system"]),
+                compute_config=eks.ClusterComputeConfigArgs(node_pools=["system"]),
             )
             if auto
             else None,
@@ -111,23 +112,29 @@ class Cluster(pulumi.ComponentResource):
         self.oidc_provider_arn = self.eks_cluster.oidc_provider_arn
         self.oidc_provider_url = self.eks_cluster.oidc_provider_url
 
-    def _record_creator(self, name: str) -> pulumi.Output[str]:
+    def _record_creator(self, name: str) -> str:
         """The principal EKS made the bootstrap admin entry for: the caller of the first
-        ``pulumi up``. Kept in an SSM parameter whose value never changes after creation
-        (``ignore_changes``), so a later run by another admin still knows who created the cluster
-        and keeps that admin's own explicit entry."""
-        caller = aws.get_caller_identity_output(opts=pulumi.InvokeOptions(parent=self))
-        param = aws.ssm.Parameter(
+        ``pulumi up``. It is recorded in an SSM parameter whose value never changes after creation
+        (``ignore_changes``) and read back, as a plain value, on every later run, so a later run by
+        another admin still knows who created the cluster and keeps that admin's own entry."""
+        param_name = SSM_PARAMETER.name("/training-platform", self.name, "bootstrap-admin", sep="/")
+        invoke = pulumi.InvokeOptions(parent=self)
+        try:
+            creator = aws.ssm.get_parameter(name=param_name, opts=invoke).value
+        except Exception as err:  # noqa: BLE001 - only "not found" means a first deploy
+            if "ParameterNotFound" not in str(err):
+                raise
+            creator = iam_principal_of(aws.get_caller_identity(opts=invoke).arn)
+        self.bootstrap_admin = aws.ssm.Parameter(
             f"{name}-bootstrap-admin",
-            name=SSM_PARAMETER.name("/training-platform", self.name, "bootstrap-admin", sep="/"),
+            name=param_name,
             type="String",
-            value=caller.arn.apply(iam_principal_of),
+            value=creator,
             description="Principal that created the EKS cluster (EKS gave it the bootstrap admin access entry)",
             tags=self._tags,
             opts=pulumi.ResourceOptions(parent=self, ignore_changes=["value"]),
         )
-        self.bootstrap_admin = param
-        return param.value
+        return creator
 
     def _create_coredns(self, name: str) -> None:
         """CoreDNS as a managed add-on once nodes exist to run it (not in Auto Mode, which runs

@@ -33,8 +33,11 @@ class ConfigError(ValueError):
         super().__init__(f"invalid config {PROJECT}:{key} = {value!r}: {allowed}")
 
 
-def opt(default: Any, doc: str, *, choices: tuple | None = None, check: Check | None = None):
-    """Declare a settings field: default, description, allowed choices, value check."""
+def opt(default: Any, doc: str, *, choices: tuple | None = None, check: Check | None = None) -> Any:
+    """Declare a settings field: default, description, allowed choices, value check.
+
+    Typed ``Any`` like :func:`dataclasses.field`: it stands in for the field's default.
+    """
     meta = {"doc": doc, "choices": choices, "check": check}
     if isinstance(default, list):
         return dataclasses.field(default_factory=lambda d=default: list(d), metadata=meta)
@@ -96,7 +99,7 @@ def _parse_value(tp: Any, value: Any, key: str) -> Any:
         if optional:
             return None
         raise ConfigError(key, value, f"expected {_type_name(inner)}, not null")
-    if dataclasses.is_dataclass(inner):
+    if isinstance(inner, type) and dataclasses.is_dataclass(inner):
         return parse(inner, value, key)
     if typing.get_origin(inner) is list:
         if not isinstance(value, list):
@@ -163,7 +166,7 @@ def describe(cls: type, prefix: str = "") -> list[tuple[str, str, str, str]]:
             continue
         key = f"{prefix}{camel(f.name)}"
         tp, _ = _unwrap_optional(hints[f.name])
-        if dataclasses.is_dataclass(tp):
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
             rows.extend(describe(tp, key + "."))
             continue
         doc = f.metadata.get("doc", "")

@@ -151,6 +151,7 @@ class Network(pulumi.ComponentResource):
         for i, subnet_id in enumerate(s.private_subnet_ids):
             for key, value in private_subnet_tags(self._cluster_name).items():
                 aws.ec2.Tag(f"{name}-private-{i}-{key.replace('/', '-').replace('.', '-')}", resource_id=subnet_id, key=key, value=value, opts=self._child())
+        assert s.vpc_id is not None, "bring-your-own VPC needs network.vpcId"  # settings.create_vpc is false
         self.vpc = None
         self.vpc_id = pulumi.Output.from_input(s.vpc_id)
         self.private_subnet_ids = pulumi.Output.from_input(list(s.private_subnet_ids))

@@ -8,6 +8,8 @@ through a static PersistentVolume, so the CSI drivers need no AWS permissions.
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import pulumi
 import pulumi_aws as aws
 
@@ -22,6 +24,14 @@ from infra.settings import Settings
 LUSTRE_PORTS = [(988, 988), (1018, 1023)]
 # EFS User Guide ("Using VPC security groups"): NFS clients connect to mount targets on TCP 2049.
 NFS_PORTS = [(2049, 2049)]
+
+
+class _PortRule(TypedDict):
+    """The protocol and port range shared by a security group rule's keyword arguments."""
+
+    ip_protocol: str
+    from_port: int
+    to_port: int
 
 
 class CheckpointStorage(pulumi.ComponentResource):
@@ -54,7 +64,7 @@ class CheckpointStorage(pulumi.ComponentResource):
         sg = aws.ec2.SecurityGroup(f"{name}-sg", vpc_id=self._network.vpc_id, description=f"{self.type} checkpoints from cluster nodes", tags=self._tags, opts=self._opts())
         nodes = self._cluster.security_group_id
         for lo, hi in ports:
-            rule = dict(ip_protocol="tcp", from_port=lo, to_port=hi)
+            rule = _PortRule(ip_protocol="tcp", from_port=lo, to_port=hi)
             aws.vpc.SecurityGroupIngressRule(f"{name}-from-nodes-{lo}", security_group_id=sg.id, referenced_security_group_id=nodes, description="from cluster nodes", **rule, opts=self._opts())
             aws.vpc.SecurityGroupIngressRule(f"{name}-from-self-{lo}", security_group_id=sg.id, referenced_security_group_id=sg.id, description="between file servers", **rule, opts=self._opts())
             aws.vpc.SecurityGroupEgressRule(f"{name}-to-self-{lo}", security_group_id=sg.id, referenced_security_group_id=sg.id, description="between file servers", **rule, opts=self._opts())

@@ -36,18 +36,20 @@ class GpuCapacity(pulumi.ComponentResource):
 
     def _create_karpenter_pools(self) -> None:
         s = self._s
+        queue_name, node_role = self._aws.queue_name, self._aws.node_role_name
+        assert queue_name is not None and node_role is not None, "GpuAws creates the queue and node role in karpenter mode"
         karpenter = release(
             "karpenter",
             chart=versions.KARPENTER_CHART,
             version=versions.KARPENTER_VERSION,
             namespace=g.KARPENTER_NAMESPACE,
-            values=g.karpenter_values(cluster_name=self._cluster_name, queue_name=self._aws.queue_name),
+            values=g.karpenter_values(cluster_name=self._cluster_name, queue_name=queue_name),
             opts=self._opts(depends_on=self._aws.karpenter_ready),
         )
         self.karpenter = karpenter
         node_tags = {**self._tags, "karpenter.sh/discovery": self._cluster_name}
         gpu_class = apply_manifest(
-            g.ec2_node_class(name="gpu", cluster_name=self._cluster_name, node_role=self._aws.node_role_name, root_volume_gib=s.gpu_pool.root_volume_size_gib, tags=node_tags),
+            g.ec2_node_class(name="gpu", cluster_name=self._cluster_name, node_role=node_role, root_volume_gib=s.gpu_pool.root_volume_size_gib, tags=node_tags),
             self._opts(depends_on=[karpenter]),
         )
         self.node_pools.append(apply_manifest(g.gpu_node_pool(s.gpu_pool, g.ec2_node_class_ref("gpu")), self._opts(depends_on=[karpenter, gpu_class])))
@@ -59,7 +61,7 @@ class GpuCapacity(pulumi.ComponentResource):
                     g.ec2_node_class(
                         name=pool_name,
                         cluster_name=self._cluster_name,
-                        node_role=self._aws.node_role_name,
+                        node_role=node_role,
                         root_volume_gib=s.gpu_pool.root_volume_size_gib,
                         tags=node_tags,
                         placement_group=self._aws.placement_group_name,

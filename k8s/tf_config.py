@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Mapping
 
 TF_PORT = 2222
 
@@ -32,7 +33,7 @@ def tf_config(*, nnodes: int, node_rank: int, master_addr: str, port: int = TF_P
     return {"cluster": {"worker": worker_hosts(nnodes=nnodes, master_addr=master_addr, port=port)}, "task": {"type": "worker", "index": node_rank}}
 
 
-def from_env(env: dict | None = None) -> dict:
+def from_env(env: Mapping[str, str] | None = None) -> dict:
     env = os.environ if env is None else env
     return tf_config(nnodes=int(env["PET_NNODES"]), node_rank=int(env["PET_NODE_RANK"]), master_addr=env["PET_MASTER_ADDR"], port=int(env.get("TF_PORT", TF_PORT)))
 

@@ -92,3 +92,35 @@ def test_prod_deployed_by_a_listed_role_gets_no_second_entry():
 def test_unlisted_deployer_keeps_every_listed_admin():
     run = run_program(str(PROJECT), "prod", stack_config=stack_file("prod"), caller_arn="arn:aws:sts::210987654321:assumed-role/someone-else/s")
     assert len(_cluster_inputs(run)["accessEntries"]) == 2
+
+
+def test_later_run_by_another_admin_keeps_its_own_entry():
+    """The creator recorded by the first deploy wins over whoever runs the update."""
+    recorded = {"/training-platform/training-prod/bootstrap-admin": "arn:aws:iam::210987654321:role/ci-deployer"}
+    run = run_program(
+        str(PROJECT), "prod", stack_config=stack_file("prod"), caller_arn="arn:aws:sts::210987654321:assumed-role/PlatformAdmin/alice", ssm_parameters=recorded
+    )
+    principals = [e["principalArn"] for e in _cluster_inputs(run)["accessEntries"].values()]
+    assert principals == ["arn:aws:iam::210987654321:role/PlatformAdmin"]
+
+
+
+def test_access_entries_reach_pulumi_eks_as_a_plain_map(monkeypatch):
+    """accessEntries is a plain input of the pulumi-eks component (its provider iterates the
+    object it receives): an Output there would be walked as an object, not as entries."""
+    import pulumi
+    import pulumi_eks
+
+    import infra.cluster
+
+    seen = []
+    original = pulumi_eks.Cluster
+
+    def recording(*args, **kwargs):
+        seen.append(kwargs.get("access_entries"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(infra.cluster.eks, "Cluster", recording)
+    run_program(str(PROJECT), "prod", stack_config=stack_file("prod"), caller_arn="arn:aws:sts::210987654321:assumed-role/ci-deployer/s")
+    assert len(seen) == 1 and isinstance(seen[0], dict) and not isinstance(seen[0], pulumi.Output)
+    assert all(isinstance(v, pulumi_eks.AccessEntryArgs) for v in seen[0].values())

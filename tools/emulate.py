@@ -152,13 +152,13 @@ def _node_env(job: Job, node: int, port: int, fault_step: int | None) -> dict[st
 def run_attempt(job: Job, attempt_no: int, fail: dict | None, timeout_s: float, quiet: bool) -> Attempt:
     """Start every node, watch rank 0's events, inject the failure, stop all on the first failure."""
     port = _free_port()
-    inject = fail is not None and not fail.get("done")
-    if inject:
-        fail["done"] = True  # once: later attempts run clean
-        print(f"emulate: node {fail['node']} will be SIGKILLed at step {fail['step']}", flush=True)
+    inject = fail if fail is not None and not fail.get("done") else None  # the failure this attempt injects
+    if inject is not None:
+        inject["done"] = True  # once: later attempts run clean
+        print(f"emulate: node {inject['node']} will be SIGKILLed at step {inject['step']}", flush=True)
 
     def fault_step(n: int) -> int | None:
-        return fail["step"] if inject and n == fail["node"] else None
+        return inject["step"] if inject is not None and n == inject["node"] else None
 
     procs = [
         subprocess.Popen(job.command, env=_node_env(job, n, port, fault_step(n)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -174,7 +174,9 @@ def run_attempt(job: Job, attempt_no: int, fail: dict | None, timeout_s: float, 
             pass
 
     def pump(n: int) -> None:
-        for line in procs[n].stdout:
+        stdout = procs[n].stdout
+        assert stdout is not None  # stdout=PIPE
+        for line in stdout:
             line = line.rstrip("\n")
             m = EVENT.match(line)
             if m:

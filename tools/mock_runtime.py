@@ -114,11 +114,20 @@ def _short_id(*parts: str) -> str:
 class PlanMocks(pmocks.Mocks):
     """Outputs for each resource type, and answers to provider functions."""
 
-    def __init__(self, region: str, caller_arn: str | None = None):
+    def __init__(self, region: str, caller_arn: str | None = None, ssm_parameters: dict[str, str] | None = None):
         self.region = region
+        self.ssm_parameters = dict(ssm_parameters or {})  # what an earlier deploy left in SSM
         self.caller_arn = caller_arn or f"arn:aws:iam::{ACCOUNT}:user/render"
 
-    def call(self, args: pmocks.MockCallArgs):
+    def call(self, args: pmocks.MockCallArgs) -> tuple[dict, list[tuple[str, str]]]:
+        if args.token == "aws:ssm/getParameter:getParameter":
+            name = args.args.get("name", "")
+            if name not in self.ssm_parameters:  # as the provider reports a missing parameter
+                return {}, [("name", f"ParameterNotFound: {name}")]
+            return {"name": name, "value": self.ssm_parameters[name], "type": "String", "id": name}, []
+        return self._answer(args), []  # (outputs, check failures)
+
+    def _answer(self, args: pmocks.MockCallArgs) -> dict:
         tok = args.token
         if tok == "aws:index/getAvailabilityZones:getAvailabilityZones":
             names = [f"{self.region}{c}" for c in "abcdef"]
@@ -245,7 +254,7 @@ class RecordingMonitor(pmocks.MockMonitor):
         )
         rid, state = self.mocks.new_resource(args)
         state = self._materialize_children(urn, state)
-        if not request.custom:
+        if not request.custom or rid is None:
             rid = ""
         reg = Registration(
             urn=urn,
@@ -327,11 +336,14 @@ def _config_map(project: str, project_file: dict, stack_file: dict) -> tuple[dic
     return as_strings, secrets
 
 
-def run_program(project_dir: str, stack: str, stack_config: dict | None = None, main: str | None = None, caller_arn: str | None = None) -> ProgramRun:
+def run_program(
+    project_dir: str, stack: str, stack_config: dict | None = None, main: str | None = None, caller_arn: str | None = None, ssm_parameters: dict[str, str] | None = None
+) -> ProgramRun:
     """Run ``__main__.py`` of the project for ``stack`` under mocks; return what it registered.
 
     ``stack_config`` replaces ``Pulumi.<stack>.yaml`` (tests use it for other configurations);
-    ``caller_arn`` is the identity ``aws.getCallerIdentity`` answers with (the deployer).
+    ``caller_arn`` is the identity ``aws.getCallerIdentity`` answers with (the deployer);
+    ``ssm_parameters`` are the SSM parameters that exist already (an earlier deploy's).
     Errors raised by the program (bad config included) become :class:`ProgramError`.
     """
     import yaml
@@ -342,11 +354,12 @@ def run_program(project_dir: str, stack: str, stack_config: dict | None = None, 
         path = os.path.join(project_dir, f"Pulumi.{stack}.yaml")
         if not os.path.exists(path):
             raise FileNotFoundError(f"no stack file Pulumi.{stack}.yaml")
-        stack_config = yaml.safe_load(open(path)) or {}
+        loaded: dict = yaml.safe_load(open(path)) or {}
+        stack_config = loaded
     config, secret_keys = _config_map(project, project_file, stack_config)
     region = config.get("aws:region", "us-west-2")
 
-    monitor = RecordingMonitor(PlanMocks(region, caller_arn))
+    monitor = RecordingMonitor(PlanMocks(region, caller_arn, ssm_parameters))
     psettings.ROOT.set(None)
     pulumi.runtime.set_all_config(config, secret_keys)
     pmocks.set_mocks(monitor.mocks, project=project, stack=stack, preview=False, monitor=monitor)
@@ -355,10 +368,15 @@ def run_program(project_dir: str, stack: str, stack_config: dict | None = None, 
     if project_dir not in sys.path:
         sys.path.insert(0, project_dir)
     main = main or os.path.join(project_dir, "__main__.py")
-    psettings.SETTINGS.rpc_manager.clear()
-    psettings.SETTINGS.outputs.clear()
+    # pulumi types these Settings attributes through an untyped @contextproperty decorator, hence the ignores
+    psettings.SETTINGS.rpc_manager.clear()  # pyright: ignore[reportAttributeAccessIssue]
+    psettings.SETTINGS.outputs.clear()  # pyright: ignore[reportAttributeAccessIssue]
+
+    def program() -> None:
+        runpy.run_path(main, run_name="__main__")
+
     try:
-        _sync_await(run_pulumi_func(lambda: runpy.run_path(main, run_name="__main__")))
+        _sync_await(run_pulumi_func(program))
     except Exception as err:
         text = str(err).strip()
         raise ProgramError(text.splitlines()[-1] if text else type(err).__name__, monitor.registrations) from err

@@ -76,7 +76,7 @@ class _Collect(logging.Handler):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     ap.add_argument("--stack", default="dev")
     ap.add_argument("--out", default=os.path.join(PROJECT_DIR, "out"))
     args = ap.parse_args(argv)

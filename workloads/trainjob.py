@@ -108,6 +108,7 @@ def program_args(workload: Workload, job: DdpJobSettings | FsdpJobSettings) -> l
     if workload.kind == "ddp":
         args += ["--data-dir", f"{CHECKPOINT_MOUNT}/data/mnist"]
     else:
+        assert isinstance(job, FsdpJobSettings), f"workload {workload.kind} needs FSDP job settings"
         args += ["--model", job.model, "--data-file", f"{CHECKPOINT_MOUNT}/data/t5/train.jsonl"]
     return args + list(job.extra_args)
 

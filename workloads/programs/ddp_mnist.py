@@ -33,7 +33,7 @@ MNIST_MIRROR = "https://ossci-datasets.s3.amazonaws.com/mnist/"
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=64, help="per process")
     p.add_argument("--lr", type=float, default=1e-3)

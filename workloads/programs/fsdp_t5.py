@@ -17,12 +17,13 @@ import resource
 import time
 
 import torch
-import torch.distributed.checkpoint as dcp
 import torch.nn.functional as F
 import trainlib
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict_loader import load as dcp_load  # torch.distributed.checkpoint.load
+from torch.distributed.checkpoint.state_dict_saver import save as dcp_save  # torch.distributed.checkpoint.save
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 # Architectures known without a download (public T5 v1.0 hyper-parameters) and a tiny one.
@@ -37,7 +38,7 @@ IGNORE = -100
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     p.add_argument("--model", default="google-t5/t5-large", help="hub model id (weights with --init pretrained)")
     p.add_argument("--init", choices=("pretrained", "random"), default="pretrained")
     p.add_argument("--model-config", choices=sorted(T5_CONFIGS), default=None, help="architecture for --init random (default: from --model)")
@@ -76,7 +77,8 @@ def build_model(args, d: trainlib.Dist):
 
     if args.init == "random":
         torch.manual_seed(args.seed)  # identical initial weights on every rank
-        config = T5Config(**T5_CONFIGS[args.model_config], decoder_start_token_id=PAD_ID, pad_token_id=PAD_ID, eos_token_id=1)
+        # decoder_start_token_id is no T5Config field; the strict dataclass keeps extra kwargs, its typed __init__ omits them
+        config = T5Config(**T5_CONFIGS[args.model_config], decoder_start_token_id=PAD_ID, pad_token_id=PAD_ID, eos_token_id=1)  # pyright: ignore[reportCallIssue]
         return T5ForConditionalGeneration(config)
     if d.is_local_main:  # one download per node into the shared cache, then everyone loads it
         from huggingface_hub import snapshot_download
@@ -124,9 +126,7 @@ def text_dataset(args, d: trainlib.Dist) -> TensorDataset:
 
 def shard(model, args, d: trainlib.Dist, bf16: bool):
     mesh = init_device_mesh(d.device.type, (d.world_size,))
-    kwargs = {"mesh": mesh}
-    if bf16:
-        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    mp_policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()  # the latter is fully_shard's default
     if args.activation_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if args.wrap == "per-block":
@@ -134,9 +134,10 @@ def shard(model, args, d: trainlib.Dist, bf16: bool):
             for i, block in enumerate(stack):
                 if args.compile:
                     block = torch.compile(block)
+                    assert isinstance(block, torch.nn.Module)  # a compiled module is an OptimizedModule
                     stack[i] = block
-                fully_shard(block, **kwargs)
-    fully_shard(model, **kwargs)
+                fully_shard(block, mesh=mesh, mp_policy=mp_policy)
+    fully_shard(model, mesh=mesh, mp_policy=mp_policy)
     return model
 
 
@@ -156,8 +157,9 @@ def main(argv=None) -> int:
     bf16 = args.precision == "bf16" or (args.precision == "auto" and d.device.type == "cuda")
     model = build_model(args, d)
     dataset = synthetic_dataset(args, model.config.vocab_size) if args.synthetic else text_dataset(args, d)
-    model.to(d.device)
+    model.to(d.device)  # pyright: ignore[reportArgumentType]  # transformers wraps Module.to with functools.wraps, which pyright does not bind as a method
     model = shard(model, args, d, bf16)
+    assert isinstance(model, FSDPModule)  # fully_shard swapped in an FSDP subclass of the model's class
     # fused AdamW on GPU: one kernel per parameter group instead of a handful per tensor
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0, fused=d.device.type == "cuda")
 
@@ -173,7 +175,7 @@ def main(argv=None) -> int:
     def load(path: str) -> None:
         msd, osd = get_state_dict(model, opt)
         state = {"model": msd, "optim": osd}
-        dcp.load(state, checkpoint_id=path)
+        dcp_load(state, checkpoint_id=path)
         set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
 
     step, resumed_from, last_loss = trainlib.resume(d, args.checkpoint_dir, load)
@@ -182,7 +184,7 @@ def main(argv=None) -> int:
     def save(at_step: int) -> None:
         def write(tmp):
             msd, osd = get_state_dict(model, opt)
-            dcp.save({"model": msd, "optim": osd}, checkpoint_id=tmp)
+            dcp_save({"model": msd, "optim": osd}, checkpoint_id=tmp)
 
         writer.save(at_step, {"epoch": at_step // steps_per_epoch, "micro_batch_in_epoch": (at_step % steps_per_epoch) * args.grad_accum, "world_size": d.world_size, "loss": last_loss}, write)
 

@@ -15,6 +15,7 @@ newest ``step-*`` directory with a ``meta.json`` is restored.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -23,6 +24,7 @@ import signal
 import sys
 import time
 from dataclasses import dataclass
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
@@ -120,14 +122,14 @@ def _record_exit(code: int) -> None:
             fh.write(f"{code}\n")
 
 
-def fail_config(message: str) -> None:
+def fail_config(message: str) -> NoReturn:
     """Stop for good: the job can never succeed with this configuration or data."""
     print(f"error: {message}", file=sys.stderr, flush=True)
     _record_exit(EXIT_BAD_CONFIG)
     sys.exit(EXIT_BAD_CONFIG)
 
 
-def usage_error(parser, message: str) -> None:
+def usage_error(parser: argparse.ArgumentParser, message: str) -> NoReturn:
     _record_exit(2)
     parser.error(message)
 
