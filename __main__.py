@@ -7,6 +7,7 @@ import pulumi
 
 from infra.cluster import Cluster
 from infra.config_schema import ConfigError
+from infra.deploy_state import TRAINER_VERSION, parameter_name, read_parameter, trainer_switch_error
 from infra.gpu_aws import GpuAws
 from infra.network import Network
 from infra.settings import load_settings
@@ -18,6 +19,10 @@ from workloads.component import TrainJobs
 
 try:
     settings = load_settings(project_config(), stack=pulumi.get_stack(), region=aws_region())
+    # what the last deploy installed decides whether a Trainer switch is allowed (docs/trainer-upgrade.md)
+    installed = read_parameter(parameter_name(settings.cluster_name, TRAINER_VERSION))
+    if problem := trainer_switch_error(installed=installed, wanted=settings.trainer.version, allow_upgrade_from=settings.trainer.allow_upgrade_from):
+        raise ConfigError("trainer.version", settings.trainer.version, problem)
 except ConfigError as err:  # nothing has been registered yet
     raise pulumi.RunError(str(err)) from None
 
@@ -27,7 +32,7 @@ network = Network("net", settings=settings.network, cluster_name=settings.cluste
 cluster = Cluster("eks", settings=settings, network=network, tags=tags)
 gpu_aws = GpuAws("gpu", settings=settings, cluster=cluster, vpc_id=network.vpc_id, tags=tags)
 capacity = GpuCapacity("gpu", settings=settings, gpu_aws=gpu_aws, cluster_name=cluster.name, provider=cluster.provider, tags=tags)
-trainer = Trainer("trainer", settings=settings.trainer, provider=cluster.provider, depends_on=capacity.node_pools)
+trainer = Trainer("trainer", settings=settings.trainer, cluster_name=cluster.name, provider=cluster.provider, depends_on=capacity.node_pools)
 if settings.trainjobs.jobs():
     storage = CheckpointStorage("checkpoints", settings=settings, cluster=cluster, network=network, tags=tags)
     jobs = TrainJobs("jobs", settings=settings, trainer=trainer, storage=storage, capacity=capacity.node_pools, provider=cluster.provider)

@@ -24,8 +24,9 @@ import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
 import versions
+from infra import deploy_state
 from infra.iam import assume_role_policy
-from infra.names import EKS_NODE_GROUP, SSM_PARAMETER
+from infra.names import EKS_NODE_GROUP
 from infra.network import Network
 from infra.settings import Settings
 
@@ -117,14 +118,9 @@ class Cluster(pulumi.ComponentResource):
         ``pulumi up``. It is recorded in an SSM parameter whose value never changes after creation
         (``ignore_changes``) and read back, as a plain value, on every later run, so a later run by
         another admin still knows who created the cluster and keeps that admin's own entry."""
-        param_name = SSM_PARAMETER.name("/training-platform", self.name, "bootstrap-admin", sep="/")
+        param_name = deploy_state.parameter_name(self.name, deploy_state.BOOTSTRAP_ADMIN)
         invoke = pulumi.InvokeOptions(parent=self)
-        try:
-            creator = aws.ssm.get_parameter(name=param_name, opts=invoke).value
-        except Exception as err:  # noqa: BLE001 - only "not found" means a first deploy
-            if "ParameterNotFound" not in str(err):
-                raise
-            creator = iam_principal_of(aws.get_caller_identity(opts=invoke).arn)
+        creator = deploy_state.read_parameter(param_name, invoke) or iam_principal_of(aws.get_caller_identity(opts=invoke).arn)
         self.bootstrap_admin = aws.ssm.Parameter(
             f"{name}-bootstrap-admin",
             name=param_name,

@@ -274,6 +274,7 @@ class TrainerSettings:
     max_restarts: int = opt(3, "whole-job restarts (JobSet failurePolicy.maxRestarts)", check=_range(0, 100))
     shm_size: str = opt("64Gi", "size of the memory-backed /dev/shm volume", check=_quantity)
     runtimes: list[str] = opt(list(RUNTIME_NAMES), "ClusterTrainingRuntimes to install", choices=RUNTIME_NAMES)
+    allow_upgrade_from: str | None = opt(None, "installed Trainer release the docs/trainer-upgrade.md procedure was run for", choices=tuple(versions.TRAINER_VERSIONS))
 
     def validate(self, path: str) -> None:
         if _unique(self.runtimes):

@@ -18,9 +18,11 @@ runtimes are deleted, and the controller outlives both.
 from __future__ import annotations
 
 import pulumi
+import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 import versions
+from infra import deploy_state
 from infra.settings import TrainerSettings
 from k8s.helm import release
 from k8s.resources import apply_manifest
@@ -33,7 +35,7 @@ class Trainer(pulumi.ComponentResource):
     runtimes: dict[str, pulumi.Resource]
     runtime_names: dict[str, str]
 
-    def __init__(self, name: str, *, settings: TrainerSettings, provider: k8s.Provider, depends_on: list[pulumi.Resource] | None = None, opts: pulumi.ResourceOptions | None = None):
+    def __init__(self, name: str, *, settings: TrainerSettings, cluster_name: str, provider: k8s.Provider, depends_on: list[pulumi.Resource] | None = None, opts: pulumi.ResourceOptions | None = None):
         super().__init__("training-platform:k8s:Trainer", name, None, opts)
         self.version = settings.version
         self.release = release(
@@ -52,4 +54,14 @@ class Trainer(pulumi.ComponentResource):
             base: apply_manifest(obj, pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[self.release]))
             for base, obj in manifests.items()
         }
+        # the installed release, read back by the next deploy (infra/deploy_state.py); written only
+        # once the release has been installed or upgraded
+        self.installed = aws.ssm.Parameter(
+            f"{name}-version",
+            name=deploy_state.parameter_name(cluster_name, deploy_state.TRAINER_VERSION),
+            type="String",
+            value=settings.version,
+            description="Kubeflow Trainer release installed on the cluster",
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.release]),
+        )
         self.register_outputs({"version": self.version, "runtimes": self.runtime_names})

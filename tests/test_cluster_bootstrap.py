@@ -83,10 +83,10 @@ def test_prod_deployed_by_a_listed_role_gets_no_second_entry():
     principals = [e["principalArn"] for e in entries.values()]
     assert principals == ["arn:aws:iam::210987654321:role/PlatformAdmin"]
     assert set(entries) == {"admin-0"}
-    param = run.one("aws:ssm/parameter:Parameter")
+    param = run.one("aws:ssm/parameter:Parameter", "eks-bootstrap-admin")
     assert param.inputs["name"] == "/training-platform/training-prod/bootstrap-admin"
     # the recorded creator never changes after creation, whoever runs later updates
-    assert "value" in run.one("aws:ssm/parameter:Parameter").ignore_changes
+    assert "value" in param.ignore_changes
 
 
 def test_unlisted_deployer_keeps_every_listed_admin():

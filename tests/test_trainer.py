@@ -144,3 +144,44 @@ def test_trainer_config_rejections(raw, key):
     with pytest.raises(ConfigError) as err:
         load_settings(raw, stack="dev", region="us-west-2")
     assert err.value.key == key
+
+
+# --- switching the installed Trainer release (docs/trainer-upgrade.md) ---------------------------
+
+
+def _run_with_installed(installed: str | None, **trainer):
+    from tests.conftest import PROJECT, dev_config
+    from tools.mock_runtime import run_program
+
+    params = {"/training-platform/training-dev/trainer-version": installed} if installed else {}
+    return run_program(str(PROJECT), "dev", stack_config={"config": dev_config(trainer=trainer)}, ssm_parameters=params)
+
+
+def test_in_place_trainer_switch_is_refused_with_the_procedure_and_nothing_registered():
+    from tools.mock_runtime import ProgramError
+
+    with pytest.raises(ProgramError) as err:
+        _run_with_installed("v2.1.0", version="v2.3.0")
+    assert "training-platform:trainer.version = 'v2.3.0'" in str(err.value)
+    assert "docs/trainer-upgrade.md" in str(err.value) and "trainer.allowUpgradeFrom: v2.1.0" in str(err.value)
+    assert [r for r in err.value.registrations if r.custom] == []
+
+
+def test_acknowledged_trainer_upgrade_renders_and_records_the_new_release():
+    run = _run_with_installed("v2.1.0", version="v2.3.0", allowUpgradeFrom="v2.1.0")
+    param = run.one("aws:ssm/parameter:Parameter", "trainer-version")
+    assert param.state["value"] == "v2.3.0" and param.inputs["name"] == "/training-platform/training-dev/trainer-version"
+    release = [r for r in run.by_type("kubernetes:helm.sh/v3:Release") if r.inputs["name"] == "kubeflow-trainer"][0]
+    assert release.urn in param.depends_on  # recorded only once the release is installed
+
+
+def test_downgrade_is_refused_even_when_acknowledged():
+    from tools.mock_runtime import ProgramError
+
+    with pytest.raises(ProgramError, match="going back"):
+        _run_with_installed("v2.3.0", version="v2.1.0", allowUpgradeFrom="v2.3.0")
+
+
+@pytest.mark.parametrize("installed", [None, "v2.3.0"])
+def test_first_deploy_or_same_release_needs_nothing(installed):
+    assert _run_with_installed(installed, version="v2.3.0").one("aws:ssm/parameter:Parameter", "trainer-version")
