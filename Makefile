@@ -20,9 +20,11 @@ venv: $(VENV)/.installed
 render: venv
 	$(PY) -m tools.render --stack $(STACK)
 
-## validate: check rendered manifests against the upstream CRD schemas and built-in kinds
+## validate: check rendered manifests against the upstream CRD schemas (OpenAPI and CEL rules) and built-in
+## kinds, with the Trainer version the render deploys; PREVIOUS=<an earlier render's manifests dir> also
+## checks the CRDs' transition rules (immutable fields) from it
 validate: render
-	$(PY) -m tools.validate out/$(STACK)/manifests
+	$(PY) -m tools.validate out/$(STACK)/manifests $(if $(PREVIOUS),--previous $(PREVIOUS))
 
 ## test: the whole test suite (offline, CPU only)
 test: venv
