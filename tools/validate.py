@@ -178,7 +178,7 @@ def _key(obj: dict) -> tuple[str, str, str, str]:
     return obj.get("apiVersion", ""), obj.get("kind", ""), meta.get("namespace", ""), meta.get("name", "")
 
 
-def _at(obj: dict, path: str):
+def _at(obj: object, path: str) -> object:
     for part in path.split("."):
         obj = obj.get(part) if isinstance(obj, dict) else None
     return obj
