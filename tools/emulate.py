@@ -34,6 +34,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from infra.stack_config import StackFileError
 from k8s import trainer_api
 from k8s.runtimes import NON_RETRYABLE_EXIT_CODES
 from tools.mock_runtime import ProgramError, run_program
@@ -76,7 +77,7 @@ def load_job(stack: str, kind: str, work_dir: str, stack_config: dict | None = N
     """Render the stack and turn the TrainJob for ``kind`` into a local Job."""
     try:
         run = run_program(PROJECT_DIR, stack, stack_config=stack_config)
-    except (ProgramError, FileNotFoundError) as err:
+    except (ProgramError, StackFileError, FileNotFoundError) as err:
         raise EmulationError(str(err)) from None
     objs = list(manifests(run).values())
     jobs = [o for o in objs if o["kind"] == "TrainJob" and o["metadata"].get("labels", {}).get(JOB_LABEL) == kind]

@@ -8,8 +8,10 @@ This is the one harness behind ``make render`` and the tests. It uses
 * never re-creates resource objects on its worker thread: the stock monitor deserializes
   resource references there, which binds them to the wrong event loop and hangs or fails the
   program. Here the protobuf struct is decoded to plain data instead;
-* answers the provider functions the program calls (AZs, caller identity, partition) and
-  returns plausible outputs for each resource type, including the remote ``eks`` components.
+* answers the provider functions the program calls (AZs, caller identity, partition) from the
+  table of real AWS facts (``infra/aws_facts.yaml``): a region the table does not know fails
+  instead of being invented, and every ARN the mock makes uses the region's partition;
+* returns plausible outputs for each resource type, including the remote ``eks`` components.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ from pulumi.runtime import settings as psettings
 from pulumi.runtime.proto import resource_pb2
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
+
+from infra import aws_facts
+from infra.stack_config import load_stack_file
 
 ACCOUNT = "123456789012"
 UNKNOWN = rpc.UNKNOWN
@@ -116,8 +121,22 @@ class PlanMocks(pmocks.Mocks):
 
     def __init__(self, region: str, caller_arn: str | None = None, ssm_parameters: dict[str, str] | None = None):
         self.region = region
+        self.known_region = aws_facts.is_known_region(region)
+        self.partition = aws_facts.partition(region) if self.known_region else None
         self.ssm_parameters = dict(ssm_parameters or {})  # what an earlier deploy left in SSM
-        self.caller_arn = caller_arn or f"arn:aws:iam::{ACCOUNT}:user/render"
+        self.caller_arn = caller_arn or f"arn:{self.partition or 'aws'}:iam::{ACCOUNT}:user/render"
+
+    def _unknown_region(self) -> str:
+        return f"region {self.region!r} is not in infra/aws_facts.yaml (known: {', '.join(aws_facts.regions())}); the mock runtime does not invent one"
+
+    def _arn(self) -> str:
+        """``arn:<partition>`` of the region; an unknown region is an error, not ``aws``."""
+        if self.partition is None:
+            raise ValueError(self._unknown_region())
+        return f"arn:{self.partition}"
+
+    def _dns_suffix(self) -> str:
+        return "amazonaws.com.cn" if self.partition == "aws-cn" else "amazonaws.com"
 
     def call(self, args: pmocks.MockCallArgs) -> tuple[dict, list[tuple[str, str]]]:
         if args.token == "aws:ssm/getParameter:getParameter":
@@ -125,20 +144,22 @@ class PlanMocks(pmocks.Mocks):
             if name not in self.ssm_parameters:  # as the provider reports a missing parameter
                 return {}, [("name", f"ParameterNotFound: {name}")]
             return {"name": name, "value": self.ssm_parameters[name], "type": "String", "id": name}, []
+        if not self.known_region and args.token.startswith("aws:"):  # as the provider fails for a region it cannot reach
+            return {}, [("region", self._unknown_region())]
         return self._answer(args), []  # (outputs, check failures)
 
     def _answer(self, args: pmocks.MockCallArgs) -> dict:
         tok = args.token
-        if tok == "aws:index/getAvailabilityZones:getAvailabilityZones":
-            names = [f"{self.region}{c}" for c in "abcdef"]
-            return {"names": names, "zoneIds": [f"usw2-az{i}" for i in range(1, 7)], "id": self.region}
+        if tok == "aws:index/getAvailabilityZones:getAvailabilityZones":  # what one account is shown
+            return {"names": aws_facts.account_zones(self.region), "zoneIds": aws_facts.zone_ids(self.region), "id": self.region}
         if tok == "aws:index/getCallerIdentity:getCallerIdentity":
             return {"accountId": self.caller_arn.split(":")[4], "arn": self.caller_arn, "userId": "AIDRENDER", "id": self.caller_arn.split(":")[4]}
         if tok == "aws:index/getPartition:getPartition":
-            return {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"}
+            return {"partition": self.partition, "dnsSuffix": self._dns_suffix(), "id": self.partition}
         if tok == "aws:ec2/getSubnet:getSubnet":
             sid = args.args.get("id", "")
-            return {"id": sid, "availabilityZone": f"{self.region}{'abc'[int(_short_id(sid), 16) % 3]}", "vpcId": "vpc-0"}
+            zones = aws_facts.account_zones(self.region)
+            return {"id": sid, "availabilityZone": zones[int(_short_id(sid), 16) % min(3, len(zones))], "vpcId": "vpc-0"}
         if tok == "aws:index/getRegion:getRegion":
             return {"name": self.region, "region": self.region, "id": self.region}
         return {}
@@ -163,34 +184,37 @@ class PlanMocks(pmocks.Mocks):
             rid = prefixes[typ] + _short_id(typ, name)
         state = dict(inputs)
         service = typ.split(":")[1].split("/")[0] if typ.startswith("aws:") else ""
+        arn = self._arn() if typ.startswith("aws:") or typ.startswith("eks:") else ""
         if typ.startswith("aws:"):
-            state.setdefault("arn", f"arn:aws:{service}:{self.region}:{ACCOUNT}:{typ.split(':')[-1].lower()}/{rid}")
+            state.setdefault("arn", f"{arn}:{service}:{self.region}:{ACCOUNT}:{typ.split(':')[-1].lower()}/{rid}")
             state.setdefault("name", inputs.get("name", name))
         if typ == "aws:iam/role:Role":
-            state["arn"] = f"arn:aws:iam::{ACCOUNT}:role/{state['name']}"
+            state["arn"] = f"{arn}:iam::{ACCOUNT}:role/{state['name']}"
         if typ == "aws:iam/policy:Policy":
-            state["arn"] = f"arn:aws:iam::{ACCOUNT}:policy/{state['name']}"
+            state["arn"] = f"{arn}:iam::{ACCOUNT}:policy/{state['name']}"
         if typ == "aws:cloudwatch/logGroup:LogGroup":
-            state["arn"] = f"arn:aws:logs:{self.region}:{ACCOUNT}:log-group:{state['name']}"
+            state["arn"] = f"{arn}:logs:{self.region}:{ACCOUNT}:log-group:{state['name']}"
         if typ == "aws:sqs/queue:Queue":
-            state["url"] = f"https://sqs.{self.region}.amazonaws.com/{ACCOUNT}/{state['name']}"
-            state["arn"] = f"arn:aws:sqs:{self.region}:{ACCOUNT}:{state['name']}"
+            state["url"] = f"https://sqs.{self.region}.{self._dns_suffix()}/{ACCOUNT}/{state['name']}"
+            state["arn"] = f"{arn}:sqs:{self.region}:{ACCOUNT}:{state['name']}"
         if typ == "aws:fsx/lustreFileSystem:LustreFileSystem":
-            state.update(dnsName=f"{rid}.fsx.{self.region}.amazonaws.com", mountName="abcdefgh")
+            state.update(dnsName=f"{rid}.fsx.{self.region}.{self._dns_suffix()}", mountName="abcdefgh")
         if typ == "eks:index:Cluster":
-            state.update(_eks_cluster_outputs(inputs, self.region))
+            state.update(_eks_cluster_outputs(inputs, self.region, arn, self._dns_suffix()))
         if typ == "eks:index:ManagedNodeGroup":
             ng_name = inputs.get("nodeGroupName", name)
-            state["nodeGroup"] = _ChildResource("aws:eks/nodeGroup:NodeGroup", f"{name}-nodeGroup", ng_name, {"nodeGroupName": ng_name, "arn": f"arn:aws:eks:{self.region}:{ACCOUNT}:nodegroup/{ng_name}"})
+            state["nodeGroup"] = _ChildResource(
+                "aws:eks/nodeGroup:NodeGroup", f"{name}-nodeGroup", ng_name, {"nodeGroupName": ng_name, "arn": f"{arn}:eks:{self.region}:{ACCOUNT}:nodegroup/{ng_name}"}
+            )
         if typ == "kubernetes:helm.sh/v3:Release":
             state.setdefault("status", {"name": inputs.get("name", name), "namespace": inputs.get("namespace"), "status": "deployed"})
         return rid, state
 
 
-def _eks_cluster_outputs(inputs: dict, region: str) -> dict:
+def _eks_cluster_outputs(inputs: dict, region: str, arn: str, dns_suffix: str) -> dict:
     name = inputs.get("name") or "cluster"
-    endpoint = f"https://{_short_id(name).upper()}.gr7.{region}.eks.amazonaws.com"
-    issuer = f"https://oidc.eks.{region}.amazonaws.com/id/{_short_id('oidc', name).upper()}"
+    endpoint = f"https://{_short_id(name).upper()}.gr7.{region}.eks.{dns_suffix}"
+    issuer = f"https://oidc.eks.{region}.{dns_suffix}/id/{_short_id('oidc', name).upper()}"
     kubeconfig = {
         "apiVersion": "v1",
         "kind": "Config",
@@ -202,7 +226,7 @@ def _eks_cluster_outputs(inputs: dict, region: str) -> dict:
     cluster_sg = "sg-" + _short_id("cluster-sg", name)
     eks_cluster = {
         "name": name,
-        "arn": f"arn:aws:eks:{region}:{ACCOUNT}:cluster/{name}",
+        "arn": f"{arn}:eks:{region}:{ACCOUNT}:cluster/{name}",
         "endpoint": endpoint,
         "version": inputs.get("version"),
         "vpcConfig": {"clusterSecurityGroupId": cluster_sg, "subnetIds": inputs.get("privateSubnetIds"), "vpcId": inputs.get("vpcId")},
@@ -214,7 +238,7 @@ def _eks_cluster_outputs(inputs: dict, region: str) -> dict:
         "clusterSecurityGroupId": "sg-" + _short_id("eks-extra-sg", name),
         "nodeSecurityGroupId": "sg-" + _short_id("node-sg", name),
         "eksClusterSecurityGroupId": cluster_sg,
-        "oidcProviderArn": f"arn:aws:iam::{ACCOUNT}:oidc-provider/{issuer[8:]}",
+        "oidcProviderArn": f"{arn}:iam::{ACCOUNT}:oidc-provider/{issuer[8:]}",
         "oidcProviderUrl": issuer[8:],
         "oidcIssuer": issuer,
         "eksCluster": _ChildResource("aws:eks/cluster:Cluster", f"{name}-eksCluster", name, eks_cluster),
@@ -336,26 +360,23 @@ def _config_map(project: str, project_file: dict, stack_file: dict) -> tuple[dic
     return as_strings, secrets
 
 
-def run_program(
-    project_dir: str, stack: str, stack_config: dict | None = None, main: str | None = None, caller_arn: str | None = None, ssm_parameters: dict[str, str] | None = None
-) -> ProgramRun:
+def run_program(project_dir: str, stack: str, stack_config: dict | None = None, main: str | None = None, caller_arn: str | None = None, ssm_parameters: dict[str, str] | None = None) -> ProgramRun:
     """Run ``__main__.py`` of the project for ``stack`` under mocks; return what it registered.
 
     ``stack_config`` replaces ``Pulumi.<stack>.yaml`` (tests use it for other configurations);
     ``caller_arn`` is the identity ``aws.getCallerIdentity`` answers with (the deployer);
     ``ssm_parameters`` are the SSM parameters that exist already (an earlier deploy's).
-    Errors raised by the program (bad config included) become :class:`ProgramError`.
+    A stack file that is not valid (see :func:`infra.stack_config.load_stack_file`) raises
+    :class:`~infra.stack_config.StackFileError` before anything runs; errors raised by the
+    program (bad config and a region the facts table does not know included) become :class:`ProgramError`.
     """
     import yaml
 
-    project_file = yaml.safe_load(open(os.path.join(project_dir, "Pulumi.yaml")))
+    with open(os.path.join(project_dir, "Pulumi.yaml")) as fh:
+        project_file = yaml.safe_load(fh)
     project = project_file["name"]
-    if stack_config is None:
-        path = os.path.join(project_dir, f"Pulumi.{stack}.yaml")
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"no stack file Pulumi.{stack}.yaml")
-        loaded: dict = yaml.safe_load(open(path)) or {}
-        stack_config = loaded
+    if stack_config is None:  # a bad or missing file is a StackFileError (StackFileMissing is a FileNotFoundError)
+        stack_config = load_stack_file(os.path.join(project_dir, f"Pulumi.{stack}.yaml"), project=project)
     config, secret_keys = _config_map(project, project_file, stack_config)
     region = config.get("aws:region", "us-west-2")
 

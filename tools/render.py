@@ -1,7 +1,10 @@
 """Offline render: run the program for a stack under the mock runtime and write
 ``out/<stack>/plan.json`` and one YAML file per Kubernetes object in ``out/<stack>/manifests``.
 
-Usage: python -m tools.render --stack dev [--out out]
+Usage: python -m tools.render --stack dev [--out out] [--project-dir DIR]
+
+A stack file that is not valid, or a program that fails, prints one line
+(``render: <stack>: <message>``), exits 2 and leaves no ``out/<stack>`` behind.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import sys
 
 import yaml
 
+from infra.stack_config import StackFileError
 from k8s.resources import resource_name
 from tools.mock_runtime import ProgramError, ProgramRun, run_program
 
@@ -79,14 +83,20 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     ap.add_argument("--stack", default="dev")
     ap.add_argument("--out", default=os.path.join(PROJECT_DIR, "out"))
+    ap.add_argument("--project-dir", default=PROJECT_DIR, help="the Pulumi project (Pulumi.yaml, Pulumi.<stack>.yaml, __main__.py); default: this repository")
     args = ap.parse_args(argv)
+    stack_dir = os.path.join(args.out, args.stack)
+    if os.path.isdir(stack_dir):  # nothing stale may pass for this render's output, whatever happens next
+        shutil.rmtree(stack_dir)
     collect = _Collect()
     logging.getLogger().addHandler(collect)
     try:
-        run = run_program(PROJECT_DIR, args.stack)
-    except (ProgramError, FileNotFoundError) as err:  # print the program's message, write nothing
-        print(f"render: {args.stack}: {err}", file=sys.stderr)
+        run = run_program(args.project_dir, args.stack)
+    except (StackFileError, ProgramError, FileNotFoundError) as err:  # one line, no traceback, nothing written
+        print(f"render: {args.stack}: {' '.join(str(err).split()) or type(err).__name__}", file=sys.stderr)
         return 2
+    finally:
+        logging.getLogger().removeHandler(collect)
     objs = write(run, args.out)
     counts = collections.Counter(r.type for r in run.registrations)
     print(f"render: stack={args.stack} resources={len(run.registrations)} manifests={len(objs)} -> {os.path.join(args.out, args.stack)}")

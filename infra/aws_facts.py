@@ -1,0 +1,117 @@
+"""Real AWS facts from ``aws_facts.yaml``: partition, Availability Zones and GPU offerings per Region.
+
+The table is checked in with its sources (see the file's header). Unknown Regions are not
+guessed: :func:`partition` and :func:`zones` raise ``KeyError``, :func:`offers` answers ``None``.
+"""
+
+from __future__ import annotations
+
+import functools
+import pathlib
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+_DATA = pathlib.Path(__file__).with_name("aws_facts.yaml")
+PARTITIONS = ("aws", "aws-us-gov", "aws-cn")
+
+
+@dataclass(frozen=True)
+class RegionFacts:
+    name: str
+    partition: str
+    az_id_prefix: str
+    zones: tuple[str, ...]
+    zones_per_account: int
+    zone_ids: tuple[str, ...]
+    offered: frozenset[str] | None
+
+
+@dataclass(frozen=True)
+class _Table:
+    source: str
+    offered_families: frozenset[str]
+    regions: dict[str, RegionFacts]
+
+
+def _region(name: str, raw: dict[str, Any]) -> RegionFacts:
+    zones = tuple(sorted(raw["zones"]))
+    per_account = int(raw.get("zonesPerAccount", len(zones)))
+    prefix = str(raw["azIdPrefix"])
+    ids = tuple(raw.get("zoneIds") or (f"{prefix}-az{i}" for i in range(1, per_account + 1)))
+    if raw["partition"] not in PARTITIONS:
+        raise ValueError(f"aws_facts.yaml: {name}: unknown partition {raw['partition']!r}")
+    if not zones or any(not z.startswith(name) or len(z) != len(name) + 1 for z in zones):
+        raise ValueError(f"aws_facts.yaml: {name}: zone names must be the Region code and one letter: {zones}")
+    if not 0 < per_account <= len(zones) or len(ids) != per_account or any(not i.startswith(prefix + "-az") for i in ids):
+        raise ValueError(f"aws_facts.yaml: {name}: {per_account} zones per account needs as many AZ IDs {prefix}-azN, got {ids}")
+    offered = raw.get("offered")
+    return RegionFacts(
+        name=name,
+        partition=raw["partition"],
+        az_id_prefix=prefix,
+        zones=zones,
+        zones_per_account=per_account,
+        zone_ids=ids,
+        offered=frozenset(offered["types"]) if offered else None,
+    )
+
+
+@functools.cache
+def _table() -> _Table:
+    raw = yaml.safe_load(_DATA.read_text())
+    regions = {name: _region(name, spec) for name, spec in (raw.get("regions") or {}).items()}
+    return _Table(source=str(raw["source"]), offered_families=frozenset(raw.get("offeredFamilies") or ()), regions=regions)
+
+
+SOURCE: str = _table().source
+
+
+def facts(region: str) -> RegionFacts:
+    """Everything the table holds on ``region``; ``KeyError`` for a Region it does not list."""
+    try:
+        return _table().regions[region]
+    except KeyError:
+        raise KeyError(f"region {region!r} is not in aws_facts.yaml (known: {', '.join(regions())})") from None
+
+
+def regions() -> list[str]:
+    return sorted(_table().regions)
+
+
+def is_known_region(region: str) -> bool:
+    return region in _table().regions
+
+
+def partition(region: str) -> str:
+    return facts(region).partition
+
+
+def zones(region: str) -> list[str]:
+    """Every AZ name the Region can show, sorted (us-west-1: the three letters, of which an account sees two)."""
+    return list(facts(region).zones)
+
+
+def account_zones(region: str) -> list[str]:
+    """The AZ names one (new) account is shown: :func:`zones`, or its first ``zonesPerAccount``."""
+    f = facts(region)
+    return list(f.zones[: f.zones_per_account])
+
+
+def zone_ids(region: str) -> list[str]:
+    """AZ IDs in AWS's style (``use1-az1``...), as many as :func:`account_zones`. The pairing with
+    names is per account in the older Regions, so only the list (not the pairing) is a fact."""
+    return list(facts(region).zone_ids)
+
+
+def offers(region: str, instance_type: str) -> bool | None:
+    """Whether ``region`` sells ``instance_type`` on demand; ``None`` when the table cannot say
+    (unknown Region, no offered list for it, or a family the lists do not cover)."""
+    table = _table()
+    f = table.regions.get(region)
+    if f is None or f.offered is None:
+        return None
+    if instance_type in f.offered:
+        return True
+    return False if instance_type.split(".")[0] in table.offered_families else None

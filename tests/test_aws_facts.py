@@ -1,0 +1,128 @@
+"""The table of real AWS facts, and the mock runtime answering from it."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from infra import aws_facts
+from tests.conftest import PROJECT, dev_config, run_config, run_stack
+from tools.mock_runtime import PlanMocks, ProgramError
+
+REQUIRED = [
+    "us-east-1", "us-east-2", "us-west-1", "us-west-2", "eu-west-1", "eu-central-1", "eu-north-1",
+    "ap-northeast-1", "ap-southeast-2", "ap-south-1", "ca-central-1", "sa-east-1", "us-gov-west-1", "cn-north-1",
+]  # fmt: skip
+
+
+def _zones_call(region: str) -> tuple[dict, list]:
+    from pulumi.runtime import mocks as pmocks
+
+    args = pmocks.MockCallArgs(token="aws:index/getAvailabilityZones:getAvailabilityZones", args={"state": "available"}, provider="")
+    return PlanMocks(region).call(args)
+
+
+def test_table_loads_with_its_source():
+    assert aws_facts.regions() == sorted(aws_facts.regions())
+    assert set(REQUIRED) <= set(aws_facts.regions())
+    assert "aws_facts" not in aws_facts.SOURCE and "\n" not in aws_facts.SOURCE
+    assert "karpenter-provider-aws" in aws_facts.SOURCE
+    header = (PROJECT / "infra" / "aws_facts.yaml").read_text().splitlines()[0]
+    assert header.startswith("#")
+
+
+@pytest.mark.parametrize("region", REQUIRED)
+def test_every_zone_is_the_region_and_a_letter(region):
+    zones = aws_facts.zones(region)
+    assert zones == sorted(zones) and len(zones) >= 2
+    assert all(z.startswith(region) and len(z) == len(region) + 1 and z[-1].isalpha() for z in zones)
+    ids = aws_facts.zone_ids(region)
+    assert len(ids) == len(aws_facts.account_zones(region)) and len(set(ids)) == len(ids)
+    assert all(i.split("-az")[0] == ids[0].split("-az")[0] for i in ids)
+
+
+def test_documented_zone_sets():
+    assert aws_facts.zones("us-east-1") == [f"us-east-1{c}" for c in "abcdef"]
+    assert aws_facts.zones("us-east-2") == [f"us-east-2{c}" for c in "abc"]
+    assert aws_facts.zones("us-west-2") == [f"us-west-2{c}" for c in "abcd"]
+    # us-west-1: an account sees two of the three letters
+    assert aws_facts.zones("us-west-1") == [f"us-west-1{c}" for c in "abc"]
+    assert len(aws_facts.account_zones("us-west-1")) == 2
+    assert aws_facts.zone_ids("us-east-1")[0] == "use1-az1"
+
+
+def test_partitions():
+    assert aws_facts.partition("cn-north-1") == "aws-cn"
+    assert aws_facts.partition("us-gov-west-1") == "aws-us-gov"
+    assert {aws_facts.partition(r) for r in aws_facts.regions() if not r.startswith(("cn-", "us-gov-"))} == {"aws"}
+
+
+def test_unknown_region_is_not_invented():
+    assert not aws_facts.is_known_region("xx-east-9")
+    with pytest.raises(KeyError):
+        aws_facts.partition("xx-east-9")
+    with pytest.raises(KeyError):
+        aws_facts.zones("xx-east-9")
+    assert aws_facts.offers("xx-east-9", "p5.48xlarge") is None
+
+
+def test_offers_only_what_the_source_lists():
+    assert aws_facts.offers("us-east-1", "p5.48xlarge") is True
+    assert aws_facts.offers("us-east-1", "p5en.48xlarge") is True
+    assert aws_facts.offers("cn-north-1", "p5.48xlarge") is False  # catalog family, not in the Region's list
+    assert aws_facts.offers("us-gov-west-1", "g6.xlarge") is True
+    assert aws_facts.offers("us-west-2", "p5.48xlarge") is None  # no list for the Region
+    assert aws_facts.offers("us-east-1", "m5.large") is None  # family the lists do not cover
+
+
+def test_offered_types_are_catalog_types():
+    catalog = set(yaml.safe_load((PROJECT / "infra" / "gpu_instances.yaml").read_text())["types"])
+    raw = yaml.safe_load((PROJECT / "infra" / "aws_facts.yaml").read_text())
+    for region, spec in raw["regions"].items():
+        assert set((spec.get("offered") or {}).get("types", [])) <= catalog, region
+
+
+@pytest.mark.parametrize("region", ["us-west-2", "us-east-1", "us-west-1", "cn-north-1"])
+def test_mock_answers_zones_from_the_table(region):
+    out, failures = _zones_call(region)
+    assert failures == []
+    assert out["names"] == aws_facts.account_zones(region)
+    assert out["zoneIds"] == aws_facts.zone_ids(region)
+
+
+def test_mock_fails_for_an_unknown_region():
+    out, failures = _zones_call("xx-east-9")
+    assert out == {} and failures and "xx-east-9" in failures[0][1]
+
+
+def test_dev_subnets_use_the_first_table_zones():
+    run = run_stack("dev")
+    zones = sorted({r.inputs["availabilityZone"] for r in run.by_type("aws:ec2/subnet:Subnet")})
+    assert zones == ["us-west-2a", "us-west-2b"]
+
+
+def test_prod_keeps_its_explicit_zones():
+    run = run_stack("prod")
+    zones = sorted({r.inputs["availabilityZone"] for r in run.by_type("aws:ec2/subnet:Subnet")})
+    assert zones == ["us-east-1a", "us-east-1b", "us-east-1c"]
+
+
+def test_a_zone_the_table_does_not_list_fails():
+    with pytest.raises(ProgramError, match="us-west-2e"):
+        run_config(dev_config(efa={"enabled": True, "availabilityZone": "us-west-2e"}))
+
+
+@pytest.mark.parametrize("region,partition", [("cn-north-1", "aws-cn"), ("us-gov-west-1", "aws-us-gov")])
+def test_invented_arns_use_the_region_partition(region, partition):
+    cfg = dev_config(**{"aws:region": region})
+    cfg["training-platform:cluster"]["adminPrincipalArns"] = [f"arn:{partition}:iam::123456789012:role/PlatformAdmin"]
+    run = run_config(cfg)
+    arns = [r.state["arn"] for r in run.registrations if isinstance(r.state.get("arn"), str)]
+    assert arns and all(a.startswith(f"arn:{partition}:") for a in arns)
+    zones = {r.inputs["availabilityZone"] for r in run.by_type("aws:ec2/subnet:Subnet")}
+    assert zones == set(aws_facts.account_zones(region)[:2])
+
+
+def test_unknown_region_fails_the_program():
+    with pytest.raises(ProgramError, match="aws_facts"):
+        run_config(dev_config(**{"aws:region": "xx-east-9"}))
