@@ -6,7 +6,7 @@ STACK  ?= dev
 JOB    ?= ddp
 EMULATE_ARGS ?=
 
-.PHONY: venv render validate test emulate bench lint policy clean image docs golden
+.PHONY: venv render validate test emulate bench lint policy clean image docs schema golden
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,10 @@ image:
 ## docs: regenerate the README's config reference from the settings classes
 docs: venv
 	$(PY) -m tools.config_docs --write README.md
+
+## schema: regenerate the stack files' JSON Schema (editor completion and checks) from the settings classes
+schema: venv
+	$(PY) -m tools.config_json_schema --write schema/stack-config.schema.json
 
 ## golden: rewrite tests/golden after an intended change to the rendered objects
 golden: venv

@@ -1,22 +1,28 @@
-"""A small typed-config engine: frozen dataclasses are the schema.
+"""The stack-config engine: pydantic v2 models are the schema, every problem is reported at once.
 
-Each settings class is a frozen dataclass whose fields are declared with :func:`opt`. The
-field's Python type decides how the raw stack value is checked (``str``, ``int``, ``bool``,
-``list[str]``, ``Optional[...]`` or a nested settings class); ``opt`` adds the description
-(used for the README's config table), allowed choices and a value check. Keys are camelCase in
-stack config and snake_case in Python. Every error is one :class:`ConfigError` that names the
-full key path, the bad value and what is allowed; unknown keys are errors with a suggestion.
+Each settings class is a frozen :class:`Section` (a pydantic model, unknown keys forbidden)
+whose fields are declared with :func:`opt`. The field's Python type decides how the raw stack
+value is parsed; ``opt`` adds the description (README table, JSON Schema), allowed choices and a
+value check. Keys are camelCase in stack config (aliases) and snake_case in Python (both accepted
+when constructing a model in code). Rules that relate several fields of one model live in the
+model's :meth:`Section.problems`; rules across sections are the settings module's business.
+
+:func:`validate_section` collects every problem of one section (pydantic's field errors, then the
+``problems`` of every model that parsed) as :class:`ConfigError` values; the settings loader
+raises them together as one :class:`ConfigErrors`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
-import re
 import types
 import typing
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
 
 PROJECT = "training-platform"
 
@@ -30,25 +36,167 @@ class ConfigError(ValueError):
         self.key = key
         self.value = value
         self.allowed = allowed
-        super().__init__(f"invalid config {PROJECT}:{key} = {value!r}: {allowed}")
+        super().__init__(_line(key, value, allowed))
+
+
+class ConfigErrors(ConfigError):
+    """Every problem of one config, one line each; ``key``/``value``/``allowed`` are the first's."""
+
+    def __init__(self, errors: Iterable[ConfigError]):
+        self.errors = list(errors)
+        if not self.errors:
+            raise ValueError("ConfigErrors needs at least one error")
+        first = self.errors[0]
+        self.key, self.value, self.allowed = first.key, first.value, first.allowed
+        ValueError.__init__(self, "\n".join(str(e) for e in self.errors))
+
+    @property
+    def keys(self) -> list[str]:
+        return [e.key for e in self.errors]
+
+
+def _line(key: str, value: Any, allowed: str) -> str:
+    full = key if ":" in key else f"{PROJECT}:{key}"  # aws:region and other namespaces as they are
+    return f"invalid config {full} = {value!r}: {allowed}"
+
+
+def camel(name: str) -> str:
+    return to_camel(name)
+
+
+def unknown_key_hint(key: str, allowed: list[str]) -> str:
+    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+    hint = f"unknown key; did you mean '{close[0]}'? " if close else "unknown key; "
+    return hint + "allowed keys: " + ", ".join(allowed)
+
+
+# --- field declarations ----------------------------------------------------------------------
+
+
+def _reject_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise PydanticCustomError("config", "{allowed}", {"allowed": "expected an integer"})
+    return value
+
+
+def _bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise PydanticCustomError("config", "{allowed}", {"allowed": "expected a boolean (true/false)"})
+
+
+Int = Annotated[int, BeforeValidator(_reject_bool)]
+"""An integer (YAML ``5``, ``5.0`` or ``"5"``); ``true`` is not 1."""
+Bool = Annotated[bool, BeforeValidator(_bool)]
+"""A boolean: ``true``/``false`` (also as strings), not 1/0 or yes/no."""
+
+
+class SchemaCheck:
+    """A value check (returns the "allowed" text for a bad value) with its JSON Schema keywords."""
+
+    def __init__(self, check: Check, schema: dict[str, Any]):
+        self.check = check
+        self.schema = schema
+
+    def __call__(self, value: Any) -> str | None:
+        return self.check(value)
+
+
+def _fail(allowed: str, *, suffix: str = "", **value: Any) -> PydanticCustomError:
+    return PydanticCustomError("config", "{allowed}", {"allowed": allowed, "suffix": suffix, **value})
+
+
+def _field_check(choices: tuple | None, check: Check | None) -> Callable[[Any], Any]:
+    def run(value: Any) -> Any:
+        if value is None:
+            return value
+        if choices is not None:
+            items = value if isinstance(value, list) else [value]
+            for i, item in enumerate(items):
+                if item not in choices:
+                    close = difflib.get_close_matches(str(item), [str(c) for c in choices], n=1, cutoff=0.6)
+                    hint = f"did you mean '{close[0]}'? " if close else ""
+                    raise _fail(hint + "allowed: " + ", ".join(map(str, choices)), suffix=f"[{i}]" if isinstance(value, list) else "", value=item)
+        if check is not None and (problem := check(value)):
+            raise _fail(problem)
+        return value
+
+    return run
 
 
 def opt(default: Any, doc: str, *, choices: tuple | None = None, check: Check | None = None) -> Any:
     """Declare a settings field: default, description, allowed choices, value check.
 
-    Typed ``Any`` like :func:`dataclasses.field`: it stands in for the field's default.
+    Typed ``Any`` like :func:`pydantic.Field`: it stands in for the field's default. ``check``
+    returns the "allowed" text for a bad value (None when fine); a ``schema`` attribute on it (a
+    dict) goes into the JSON Schema, as do the choices (``enum``).
     """
-    meta = {"doc": doc, "choices": choices, "check": check}
+    extra: dict[str, Any] = dict(getattr(check, "schema", None) or {})
+    if choices is not None:
+        extra["enum"] = list(choices)
+    top = {"default": list(default)} if isinstance(default, list) and all(isinstance(v, str | int) for v in default) else {}
+    kwargs: dict[str, Any] = {"description": doc, "json_schema_extra": _schema_extra(extra, top)}
     if isinstance(default, list):
-        return dataclasses.field(default_factory=lambda d=default: list(d), metadata=meta)
-    if dataclasses.is_dataclass(default):
-        return dataclasses.field(default_factory=lambda d=default: d, metadata=meta)
-    return dataclasses.field(default=default, metadata=meta)
+        info = Field(default_factory=lambda d=default: list(d), **kwargs)
+    elif isinstance(default, BaseModel):
+        info = Field(default_factory=lambda d=default: d, **kwargs)
+    else:
+        info = Field(default, **kwargs)
+    if choices is not None or check is not None:
+        info.metadata.append(AfterValidator(_field_check(choices, check)))
+    info.metadata.append(_Choices(choices))
+    return info
 
 
-def camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+class _Choices:
+    """Field metadata: the allowed values (documentation); pydantic ignores unknown metadata."""
+
+    def __init__(self, choices: tuple | None):
+        self.choices = choices
+
+
+def _schema_extra(extra: dict[str, Any], top: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
+    """Put the constraints where they apply: on a list's items, beside ``null`` for optionals;
+    ``top`` (a list default: a factory's value pydantic leaves out) on the field itself."""
+
+    def apply(schema: dict[str, Any]) -> None:
+        schema.update(top)
+        target = schema
+        if schema.get("type") == "array":
+            target = schema.setdefault("items", {})
+        elif "anyOf" in schema:
+            target = next((s for s in schema["anyOf"] if s.get("type") != "null"), schema)
+        target.update(extra)
+
+    return apply
+
+
+def choices_of(cls: type[BaseModel], name: str) -> tuple | None:
+    for m in cls.model_fields[name].metadata:
+        if isinstance(m, _Choices):
+            return m.choices
+    return None
+
+
+class Section(BaseModel):
+    """Base of every settings model: frozen, unknown keys refused, camelCase keys."""
+
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        populate_by_name=True,
+        alias_generator=to_camel,
+        coerce_numbers_to_str=True,  # an unquoted YAML number such as `version: 1.34`
+    )
+
+    def problems(self, path: str) -> Iterator[ConfigError]:
+        """Rules across this model's fields (run only when every field parsed)."""
+        return iter(())
+
+
+# --- validation: every problem at once -------------------------------------------------------
 
 
 def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
@@ -60,126 +208,174 @@ def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
     return tp, False
 
 
-def _type_name(tp: Any) -> str:
-    if dataclasses.is_dataclass(tp):
-        return "an object"
+def _strip_annotated(tp: Any) -> Any:
+    while typing.get_origin(tp) is Annotated:
+        tp = typing.get_args(tp)[0]
+    return tp
+
+
+def _model_type(tp: Any) -> type[Section] | None:
+    tp, _ = _unwrap_optional(_strip_annotated(tp))
+    return tp if isinstance(tp, type) and issubclass(tp, Section) else None
+
+
+def _list_item_model(tp: Any) -> type[Section] | None:
+    tp, _ = _unwrap_optional(_strip_annotated(tp))
     if typing.get_origin(tp) is list:
-        return "a list of " + _type_name(typing.get_args(tp)[0]) + "s"
-    return {str: "a string", int: "an integer", bool: "a boolean (true/false)"}.get(tp, str(tp))
+        return _model_type(typing.get_args(tp)[0])
+    return None
 
 
-def _coerce_scalar(tp: Any, value: Any, key: str) -> Any:
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false"):
-            return value.lower() == "true"
-    elif tp is int:
-        if isinstance(value, bool):
-            pass
-        elif isinstance(value, int):
-            return value
-        elif isinstance(value, float) and value.is_integer():
-            return int(value)
-        elif isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
-            return int(value)
-    elif tp is str:
-        if isinstance(value, str):
-            return value
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return str(value)  # an unquoted YAML number such as `version: 1.34`
-    else:  # pragma: no cover - schema authoring error
-        raise TypeError(f"unsupported settings type {tp!r} at {key}")
-    raise ConfigError(key, value, f"expected {_type_name(tp)}")
+def keys_of(cls: type[BaseModel]) -> list[str]:
+    return [f.alias or name for name, f in cls.model_fields.items()]
 
 
-def _parse_value(tp: Any, value: Any, key: str) -> Any:
-    inner, optional = _unwrap_optional(tp)
-    if value is None:
-        if optional:
+def _field_by_key(cls: type[BaseModel], key: str) -> tuple[str, Any] | None:
+    for name, f in cls.model_fields.items():
+        if key in (f.alias, name):
+            return name, f
+    return None
+
+
+def _model_at(cls: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
+    """The model class that holds the value at ``loc`` (a pydantic error location)."""
+    current: Any = cls
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
             return None
-        raise ConfigError(key, value, f"expected {_type_name(inner)}, not null")
-    if isinstance(inner, type) and dataclasses.is_dataclass(inner):
-        return parse(inner, value, key)
-    if typing.get_origin(inner) is list:
-        if not isinstance(value, list):
-            raise ConfigError(key, value, f"expected {_type_name(inner)}")
-        (item_tp,) = typing.get_args(inner)
-        return [_parse_value(item_tp, v, f"{key}[{i}]") for i, v in enumerate(value)]
-    return _coerce_scalar(inner, value, key)
+        found = _field_by_key(current, str(part))
+        if found is None:
+            return None
+        ann = found[1].annotation
+        current = _model_type(ann) or _list_item_model(ann) or ann
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
 
 
-def parse(cls: type, raw: Any, path: str) -> Any:
-    """Turn a raw config mapping into an instance of the settings class ``cls``."""
+def _key(path: str, loc: Iterable[Any]) -> str:
+    key = path
+    for part in loc:
+        key += f"[{part}]" if isinstance(part, int) else (f".{part}" if key else str(part))
+    return key
+
+
+_TYPE_TEXT = {
+    "int_type": "expected an integer",
+    "int_parsing": "expected an integer",
+    "int_from_float": "expected an integer",
+    "string_type": "expected a string",
+    "bool_type": "expected a boolean (true/false)",
+    "bool_parsing": "expected a boolean (true/false)",
+    "list_type": "expected a list",
+    "dict_type": "expected an object (a map of keys to values)",
+}
+
+
+def _from_pydantic(cls: type[BaseModel], path: str, err: Any) -> ConfigError:
+    loc = tuple(err["loc"])
+    key, value, kind = _key(path, loc), err.get("input"), err["type"]
+    ctx = err.get("ctx") or {}
+    if kind == "config":
+        return ConfigError(key + ctx.get("suffix", ""), ctx.get("value", value), ctx["allowed"])
+    if kind == "extra_forbidden":
+        parent = _model_at(cls, loc[:-1])
+        return ConfigError(key, value, unknown_key_hint(str(loc[-1]), keys_of(parent) if parent else []))
+    if kind in ("model_type", "model_attributes_type"):
+        model = _model_at(cls, loc)
+        allowed = "expected an object with keys " + ", ".join(keys_of(model)) if model else "expected an object"
+        return ConfigError(key, value, allowed)
+    allowed = _TYPE_TEXT.get(kind, str(err["msg"]))
+    if value is None:
+        allowed += ", not null"
+    return ConfigError(key, value, allowed)
+
+
+def validate_section(cls: type[Section], raw: Any, path: str) -> tuple[Section | None, list[ConfigError]]:
+    """Parse one section. Returns the model (None when a field is invalid) and every problem:
+    pydantic's field errors, then the cross-field ``problems`` of each model that parsed."""
     if raw is None:
         raw = {}
-    if not isinstance(raw, dict):
-        raise ConfigError(path, raw, "expected an object with keys " + ", ".join(keys_of(cls)))
-    hints = typing.get_type_hints(cls)
-    by_key = {camel(f.name): f for f in dataclasses.fields(cls) if f.init}
-    for k in raw:
-        if k not in by_key:
-            raise ConfigError(f"{path}.{k}", raw[k], unknown_key_hint(str(k), list(by_key)))
-    values = {}
-    for k, f in by_key.items():
-        if k not in raw:
+    try:
+        obj = cls.model_validate(raw, by_alias=True, by_name=False)  # stack files use the camelCase keys
+    except ValidationError as exc:
+        found = [_from_pydantic(cls, path, e) for e in exc.errors(include_url=False)]
+        return None, found + list(_problems_of_parts(cls, raw, path))
+    return obj, list(problems_of(obj, path))
+
+
+def _problems_of_parts(cls: type[Section], raw: Any, path: str) -> Iterator[ConfigError]:
+    """When ``raw`` does not parse as a whole: the cross-field rules of the nested objects (and
+    list items) that parse on their own. Their field errors are already reported by the whole."""
+    if not isinstance(raw, Mapping):
+        return
+    for key, value in raw.items():
+        field = _field_by_key(cls, str(key))
+        if field is None:
             continue
-        key = f"{path}.{k}"
-        value = _parse_value(hints[f.name], raw[k], key)
-        choices = f.metadata.get("choices")
-        if choices is not None:
-            items = value if isinstance(value, list) else [value]
-            for i, item in enumerate(items):
-                if item is not None and item not in choices:
-                    where = f"{key}[{i}]" if isinstance(value, list) else key
-                    raise ConfigError(where, item, "allowed: " + ", ".join(map(str, choices)))
-        check = f.metadata.get("check")
-        if check is not None and value is not None:
-            problem = check(value)
-            if problem:
-                raise ConfigError(key, value, problem)
-        values[f.name] = value
-    obj = cls(**values)
-    validate = getattr(obj, "validate", None)
-    if validate is not None:
-        validate(path)
-    return obj
+        parts: list[tuple[str, Any]] = []
+        sub = _model_type(field[1].annotation)
+        if sub is not None:
+            parts = [(f"{path}.{key}", value)]
+        else:
+            sub = _list_item_model(field[1].annotation)
+            if sub is not None and isinstance(value, list):
+                parts = [(f"{path}.{key}[{i}]", item) for i, item in enumerate(value)]
+        for part_path, part in parts:
+            assert sub is not None
+            try:
+                obj = sub.model_validate({} if part is None else part, by_alias=True, by_name=False)
+            except ValidationError:
+                yield from _problems_of_parts(sub, part, part_path)
+                continue
+            yield from problems_of(obj, part_path)
 
 
-def keys_of(cls: type) -> list[str]:
-    return [camel(f.name) for f in dataclasses.fields(cls) if f.init]
+def problems_of(obj: Section, path: str) -> Iterator[ConfigError]:
+    """``obj.problems`` and those of every model nested in it, depth first, children first."""
+    for name, f in type(obj).model_fields.items():
+        value = getattr(obj, name)
+        key = f"{path}.{f.alias or name}"
+        if isinstance(value, Section):
+            yield from problems_of(value, key)
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                if isinstance(item, Section):
+                    yield from problems_of(item, f"{key}[{i}]")
+    yield from obj.problems(path)
 
 
-def unknown_key_hint(key: str, allowed: list[str]) -> str:
-    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
-    hint = f"unknown key; did you mean '{close[0]}'? " if close else "unknown key; "
-    return hint + "allowed keys: " + ", ".join(allowed)
+# --- documentation ---------------------------------------------------------------------------
 
 
-def describe(cls: type, prefix: str = "") -> list[tuple[str, str, str, str]]:
+def describe(cls: type[BaseModel], prefix: str = "") -> list[tuple[str, str, str, str]]:
     """(key, type, default, description) rows for every leaf field, for documentation."""
     rows = []
-    hints = typing.get_type_hints(cls)
-    defaults = cls()
-    for f in dataclasses.fields(cls):
-        if not f.init:
+    for name, f in cls.model_fields.items():
+        key = f"{prefix}{f.alias or name}"
+        tp, _ = _unwrap_optional(_strip_annotated(f.annotation))
+        sub = _model_type(tp)
+        if sub is not None:
+            rows.extend(describe(sub, key + "."))
             continue
-        key = f"{prefix}{camel(f.name)}"
-        tp, _ = _unwrap_optional(hints[f.name])
-        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-            rows.extend(describe(tp, key + "."))
-            continue
-        doc = f.metadata.get("doc", "")
-        choices = f.metadata.get("choices")
+        doc = f.description or ""
+        choices = choices_of(cls, name)
         if choices:
             doc += " (" + " | ".join(map(str, choices)) + ")"
-        rows.append((key, doc_type(tp), repr_default(getattr(defaults, f.name)), doc))
+        default = f.get_default(call_default_factory=True)
+        rows.append((key, doc_type(tp), repr_default(default), doc))
     return rows
 
 
 def doc_type(tp: Any) -> str:
-    if typing.get_origin(tp) is list:
+    tp = _strip_annotated(tp)
+    origin = typing.get_origin(tp)
+    if origin is list:
         return "list of " + doc_type(typing.get_args(tp)[0]) + "s"
+    if origin is dict:
+        return "map of " + doc_type(typing.get_args(tp)[1]) + "s"
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return "object"
     return {str: "string", int: "integer", bool: "boolean"}.get(tp, getattr(tp, "__name__", str(tp)))
 
 
@@ -194,9 +390,9 @@ def repr_default(value: Any) -> str:
 
 
 def to_raw(obj: Any) -> Any:
-    """Settings object back to camelCase config (the inverse of :func:`parse`)."""
-    if dataclasses.is_dataclass(obj):
-        return {camel(f.name): to_raw(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init}
+    """Settings object back to camelCase config (the inverse of parsing)."""
+    if isinstance(obj, BaseModel):
+        return obj.model_dump(by_alias=True, mode="json")
     if isinstance(obj, list):
         return [to_raw(v) for v in obj]
     return obj

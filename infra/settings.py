@@ -1,22 +1,28 @@
 """Typed, validated stack settings: the only place stack config becomes Python values.
 
-``load_settings(raw, stack=...)`` takes the project's config as a mapping of top-level key
-(without the ``training-platform:`` prefix) to value and returns :class:`Settings`, or raises one
-:class:`~infra.config_schema.ConfigError` before anything is registered. Components receive
-these objects; none of them reads config.
+``load_settings(raw, stack=..., region=...)`` takes the project's config as a mapping of
+top-level key (without the ``training-platform:`` prefix) to value and returns :class:`Settings`,
+or raises one :class:`~infra.config_schema.ConfigErrors` that lists every problem (one line each)
+before anything is registered. Components receive these objects; none of them reads config.
+
+The settings classes are frozen pydantic models (:class:`~infra.config_schema.Section`): the
+same classes give the README's config reference (``tools/config_docs.py``) and the editors'
+JSON Schema of a stack file (``tools/config_json_schema.py``).
 """
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, ClassVar, cast
+
+from pydantic import ConfigDict, Field, model_serializer
 
 import versions
-from infra import catalog
-from infra.config_schema import ConfigError, camel, opt, parse, unknown_key_hint
+from infra import aws_facts, catalog
+from infra.config_schema import Bool, ConfigError, ConfigErrors, Int, SchemaCheck, Section, camel, opt, to_raw, unknown_key_hint, validate_section
 
 # --- value checks (return the "allowed" text when the value is bad) -------------------------
 
@@ -70,7 +76,7 @@ def _cidr_list(values: list[str]) -> str | None:
     return None
 
 
-def _pattern(regex: re.Pattern, allowed: str):
+def _pattern(regex: re.Pattern, allowed: str) -> SchemaCheck:
     def check(value: Any) -> str | None:
         items = value if isinstance(value, list) else [value]
         for v in items:
@@ -78,7 +84,7 @@ def _pattern(regex: re.Pattern, allowed: str):
                 return f"{v!r} is not valid; allowed: {allowed}" if isinstance(value, list) else f"allowed: {allowed}"
         return None
 
-    return check
+    return SchemaCheck(check, {"pattern": regex.pattern})
 
 
 def _quantity(value: str) -> str | None:
@@ -87,13 +93,13 @@ def _quantity(value: str) -> str | None:
     return None
 
 
-def _range(lo: int, hi: int | None = None):
+def _range(lo: int, hi: int | None = None) -> SchemaCheck:
     def check(value: int) -> str | None:
         if value < lo or (hi is not None and value > hi):
             return f"allowed: an integer from {lo} to {hi}" if hi is not None else f"allowed: an integer >= {lo}"
         return None
 
-    return check
+    return SchemaCheck(check, {"minimum": lo} | ({"maximum": hi} if hi is not None else {}))
 
 
 def _in_catalog(value: list[str] | str) -> str | None:
@@ -108,34 +114,40 @@ def _unique(values: list) -> str | None:
     return None if len(set(values)) == len(values) else "allowed: a list without duplicates"
 
 
+_IN_CATALOG = SchemaCheck(_in_catalog, {"enum": sorted(catalog.catalog())})
+_FLOW_LOG_RETENTION = (0, 1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)
+_SUBNET_ID = _pattern(re.compile(r"^subnet-[0-9a-f]{8,17}$"), "subnet ids such as subnet-0abc1234")
+
+
 # --- network ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class NetworkSettings:
+class NetworkSettings(Section):
     cidr: str = opt("10.0.0.0/16", "VPC CIDR block (new VPC only)", check=_cidr)
-    az_count: int = opt(2, "availability zones to spread subnets over (new VPC only)", check=_range(2, 6))
-    availability_zones: list[str] = opt(
-        [], "explicit AZ names; empty = the region's first azCount zones", check=_pattern(_AZ_RE, "AZ names such as us-west-2a")
-    )
+    az_count: Int = opt(2, "availability zones to spread subnets over (new VPC only)", check=_range(2, 6))
+    availability_zones: list[str] = opt([], "explicit AZ names; empty = the region's first azCount zones", check=_pattern(_AZ_RE, "AZ names such as us-west-2a"))
     nat_gateways: str = opt("single", "one shared NAT gateway, or one per AZ", choices=("single", "perAz"))
     vpc_id: str | None = opt(None, "bring your own VPC: its id (then give the subnet ids)", check=_pattern(re.compile(r"^vpc-[0-9a-f]{8,17}$"), "a VPC id such as vpc-0abc12345def67890"))
-    flow_log_retention_days: int = opt(30, "VPC flow logs (all traffic) kept this many days in CloudWatch; 0 turns them off (new VPC only)", check=lambda v: None if v in (0, 1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653) else "allowed: 0 (off) or a CloudWatch retention: 1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653")
-    private_subnet_ids: list[str] = opt([], "existing private subnets (with vpcId)", check=_pattern(re.compile(r"^subnet-[0-9a-f]{8,17}$"), "subnet ids such as subnet-0abc1234"))
-    public_subnet_ids: list[str] = opt([], "existing public subnets (with vpcId)", check=_pattern(re.compile(r"^subnet-[0-9a-f]{8,17}$"), "subnet ids such as subnet-0abc1234"))
+    flow_log_retention_days: Int = opt(
+        30,
+        "VPC flow logs (all traffic) kept this many days in CloudWatch; 0 turns them off (new VPC only)",
+        check=SchemaCheck(lambda v: None if v in _FLOW_LOG_RETENTION else "allowed: 0 (off) or a CloudWatch retention: " + ", ".join(map(str, _FLOW_LOG_RETENTION[1:])), {"enum": list(_FLOW_LOG_RETENTION)}),
+    )
+    private_subnet_ids: list[str] = opt([], "existing private subnets (with vpcId)", check=_SUBNET_ID)
+    public_subnet_ids: list[str] = opt([], "existing public subnets (with vpcId)", check=_SUBNET_ID)
 
-    def validate(self, path: str) -> None:
+    def problems(self, path: str) -> Iterator[ConfigError]:
         if self.vpc_id:
             if len(self.private_subnet_ids) < 2:
-                raise ConfigError(f"{path}.privateSubnetIds", self.private_subnet_ids, "with vpcId set, allowed: at least 2 private subnet ids in different AZs")
+                yield ConfigError(f"{path}.privateSubnetIds", self.private_subnet_ids, "with vpcId set, allowed: at least 2 private subnet ids in different AZs")
         else:
             for key, val in (("privateSubnetIds", self.private_subnet_ids), ("publicSubnetIds", self.public_subnet_ids)):
                 if val:
-                    raise ConfigError(f"{path}.{key}", val, "subnet ids are only allowed together with network.vpcId")
+                    yield ConfigError(f"{path}.{key}", val, "subnet ids are only allowed together with network.vpcId")
             if self.availability_zones and len(self.availability_zones) != self.az_count:
-                raise ConfigError(f"{path}.availabilityZones", self.availability_zones, f"allowed: exactly azCount ({self.az_count}) distinct zone names")
+                yield ConfigError(f"{path}.availabilityZones", self.availability_zones, f"allowed: exactly azCount ({self.az_count}) distinct zone names")
         if len(set(self.availability_zones)) != len(self.availability_zones):
-            raise ConfigError(f"{path}.availabilityZones", self.availability_zones, "allowed: distinct zone names")
+            yield ConfigError(f"{path}.availabilityZones", self.availability_zones, "allowed: distinct zone names")
 
     @property
     def create_vpc(self) -> bool:
@@ -145,122 +157,162 @@ class NetworkSettings:
 # --- cluster ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ClusterSettings:
+class ClusterSettings(Section):
     name: str | None = opt(None, "EKS cluster name (physical); unset = training-platform-<stack>", check=_pattern(_CLUSTER_NAME_RE, "1-100 letters, digits, '-' or '_', starting with a letter or digit"))
     version: str = opt(versions.DEFAULT_KUBERNETES_VERSION, "Kubernetes version", choices=versions.KUBERNETES_VERSIONS)
-    endpoint_public_access: bool = opt(False, "also expose the API server publicly, restricted to publicAccessCidrs (the private endpoint is always on)")
+    endpoint_public_access: Bool = opt(False, "also expose the API server publicly, restricted to publicAccessCidrs (the private endpoint is always on)")
     public_access_cidrs: list[str] = opt([], "CIDRs allowed to reach the public endpoint (required when it is on)", check=_cidr_list)
-    allow_public_access_from_anywhere: bool = opt(False, "explicitly allow 0.0.0.0/0 on the public endpoint")
+    allow_public_access_from_anywhere: Bool = opt(False, "explicitly allow 0.0.0.0/0 on the public endpoint")
     admin_principal_arns: list[str] = opt([], "IAM roles/users granted cluster-admin through access entries", check=_pattern(_ARN_PRINCIPAL_RE, "IAM role or user ARNs such as arn:aws:iam::123456789012:role/Admin"))
-    secrets_kms_key_arn: str | None = opt(None, "customer KMS key for envelope encryption of Secrets", check=_pattern(_KMS_ARN_RE, "a KMS key ARN"))
+    secrets_kms_key_arn: str | None = opt(None, "customer KMS key for envelope encryption of Secrets (in the stack's region)", check=_pattern(_KMS_ARN_RE, "a KMS key ARN"))
 
-    def validate(self, path: str) -> None:
+    def problems(self, path: str) -> Iterator[ConfigError]:
         if self.endpoint_public_access:
             if not self.public_access_cidrs:
-                raise ConfigError(f"{path}.publicAccessCidrs", self.public_access_cidrs, "allowed: a non-empty list of CIDRs when endpointPublicAccess is true (or turn the public endpoint off)")
-            if "0.0.0.0/0" in self.public_access_cidrs and not self.allow_public_access_from_anywhere:
-                raise ConfigError(f"{path}.publicAccessCidrs", self.public_access_cidrs, "0.0.0.0/0 is refused unless cluster.allowPublicAccessFromAnywhere is true; allowed: your networks' CIDRs")
+                yield ConfigError(f"{path}.publicAccessCidrs", self.public_access_cidrs, "allowed: a non-empty list of CIDRs when endpointPublicAccess is true (or turn the public endpoint off)")
+            elif "0.0.0.0/0" in self.public_access_cidrs and not self.allow_public_access_from_anywhere:
+                yield ConfigError(f"{path}.publicAccessCidrs", self.public_access_cidrs, "0.0.0.0/0 is refused unless cluster.allowPublicAccessFromAnywhere is true; allowed: your networks' CIDRs")
         elif self.public_access_cidrs:
-            raise ConfigError(f"{path}.publicAccessCidrs", self.public_access_cidrs, "allowed only when endpointPublicAccess is true")
+            yield ConfigError(f"{path}.publicAccessCidrs", self.public_access_cidrs, "allowed only when endpointPublicAccess is true")
         if len(set(self.admin_principal_arns)) != len(self.admin_principal_arns):
-            raise ConfigError(f"{path}.adminPrincipalArns", self.admin_principal_arns, "allowed: a list without duplicates")
+            yield ConfigError(f"{path}.adminPrincipalArns", self.admin_principal_arns, "allowed: a list without duplicates")
 
 
 # --- node groups -----------------------------------------------------------------------------
 
 
-def _node_group_validate(self, path: str) -> None:
-    if self.min_size > self.max_size:
-        raise ConfigError(f"{path}.minSize", self.min_size, f"allowed: at most maxSize ({self.max_size})")
-    if not self.min_size <= self.desired_size <= self.max_size:
-        raise ConfigError(f"{path}.desiredSize", self.desired_size, f"allowed: between minSize ({self.min_size}) and maxSize ({self.max_size})")
-    arm = is_graviton(self.instance_type)
-    if self.ARCH == "arm64" and not arm:
-        raise ConfigError(f"{path}.instanceType", self.instance_type, "allowed: a Graviton (ARM64) instance type such as c7g.2xlarge or m7g.xlarge")
-    if self.ARCH == "amd64" and arm:
-        raise ConfigError(f"{path}.instanceType", self.instance_type, "allowed: an x86_64 instance type such as c6i.2xlarge or m7i.xlarge")
+class NodeGroupSettings(Section):
+    """A managed node group; the subclasses fix the architecture (``ARCH``) and AMI type."""
+
+    ARCH: ClassVar[str]
+    AMI_TYPE: ClassVar[str]
+    instance_type: str = opt("c7g.2xlarge", "instance type", check=_instance_type)
+    min_size: Int = opt(2, "minimum nodes", check=_range(0, 100))
+    max_size: Int = opt(4, "maximum nodes", check=_range(1, 100))
+    desired_size: Int = opt(2, "desired nodes", check=_range(0, 100))
+    disk_size_gib: Int = opt(50, "root volume size in GiB", check=_range(20, 2000))
+
+    def problems(self, path: str) -> Iterator[ConfigError]:
+        if self.min_size > self.max_size:
+            yield ConfigError(f"{path}.minSize", self.min_size, f"allowed: at most maxSize ({self.max_size})")
+        elif not self.min_size <= self.desired_size <= self.max_size:
+            yield ConfigError(f"{path}.desiredSize", self.desired_size, f"allowed: between minSize ({self.min_size}) and maxSize ({self.max_size})")
+        arm = is_graviton(self.instance_type)
+        if self.ARCH == "arm64" and not arm:
+            yield ConfigError(f"{path}.instanceType", self.instance_type, "allowed: a Graviton (ARM64) instance type such as c7g.2xlarge or m7g.xlarge")
+        if self.ARCH == "amd64" and arm:
+            yield ConfigError(f"{path}.instanceType", self.instance_type, "allowed: an x86_64 instance type such as c6i.2xlarge or m7i.xlarge")
 
 
-@dataclass(frozen=True)
-class ArmNodeGroupSettings:
-    ARCH = "arm64"
-    AMI_TYPE = "AL2023_ARM_64_STANDARD"
+class ArmNodeGroupSettings(NodeGroupSettings):
+    ARCH: ClassVar[str] = "arm64"
+    AMI_TYPE: ClassVar[str] = "AL2023_ARM_64_STANDARD"
     instance_type: str = opt("c7g.2xlarge", "Graviton instance type", check=_instance_type)
-    min_size: int = opt(2, "minimum nodes", check=_range(0, 100))
-    max_size: int = opt(4, "maximum nodes", check=_range(1, 100))
-    desired_size: int = opt(2, "desired nodes", check=_range(0, 100))
-    disk_size_gib: int = opt(50, "root volume size in GiB", check=_range(20, 2000))
-    validate = _node_group_validate
 
 
-@dataclass(frozen=True)
-class X86NodeGroupSettings:
-    ARCH = "amd64"
-    AMI_TYPE = "AL2023_x86_64_STANDARD"
+class X86NodeGroupSettings(NodeGroupSettings):
+    ARCH: ClassVar[str] = "amd64"
+    AMI_TYPE: ClassVar[str] = "AL2023_x86_64_STANDARD"
     instance_type: str = opt("c6i.2xlarge", "x86_64 instance type", check=_instance_type)
-    min_size: int = opt(2, "minimum nodes", check=_range(0, 100))
-    max_size: int = opt(4, "maximum nodes", check=_range(1, 100))
-    desired_size: int = opt(2, "desired nodes", check=_range(0, 100))
-    disk_size_gib: int = opt(50, "root volume size in GiB", check=_range(20, 2000))
-    validate = _node_group_validate
 
 
-@dataclass(frozen=True)
-class NodeGroupsSettings:
+class NodeGroupsSettings(Section):
     arm: ArmNodeGroupSettings = opt(ArmNodeGroupSettings(), "Graviton (ARM64) managed node group")
     x86: X86NodeGroupSettings = opt(X86NodeGroupSettings(), "x86_64 managed node group")
 
 
 # --- GPU capacity ----------------------------------------------------------------------------
 
+_CAPACITY_RESERVATION_ID_RE = re.compile(r"^cr-[0-9a-f]{17}$")
+_ACCOUNT_ID_RE = re.compile(r"^\d{12}$")
 
-@dataclass(frozen=True)
-class GpuPoolSettings:
+
+class CapacityReservationSelectorTerm(Section):
+    """One capacity reservation selector term (Karpenter EC2NodeClass): a reservation id, or tags
+    (optionally with the owning account)."""
+
+    model_config = ConfigDict(json_schema_extra={"oneOf": [{"required": ["id"]}, {"required": ["tags"]}], "not": {"required": ["id", "ownerId"]}})
+
+    id: str | None = opt(None, "a capacity reservation id", check=_pattern(_CAPACITY_RESERVATION_ID_RE, "a capacity reservation id: cr- and 17 hex digits, such as cr-0123456789abcdef0"))
+    tags: dict[str, str] | None = opt(None, "tags every selected reservation carries")
+    owner_id: str | None = opt(None, "the AWS account (12 digits) that owns the tagged reservations", check=_pattern(_ACCOUNT_ID_RE, "a 12-digit AWS account id"))
+
+    @model_serializer(mode="wrap")
+    def _without_unset(self, handler: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+    def problems(self, path: str) -> Iterator[ConfigError]:
+        if (self.id is None) == (self.tags is None):
+            yield ConfigError(path, to_raw(self), "allowed: exactly one of id (a reservation id) or tags (a map of tag name to value)")
+        if self.tags is not None and not self.tags:
+            yield ConfigError(f"{path}.tags", self.tags, "allowed: at least one tag")
+        if self.owner_id is not None and self.id is not None:
+            yield ConfigError(f"{path}.ownerId", self.owner_id, "allowed only with tags (an id names one reservation already)")
+
+    def karpenter(self) -> dict[str, Any]:
+        """The term as Karpenter's EC2NodeClass spells it (``ownerID``)."""
+        term: dict[str, Any] = {"id": self.id} if self.id is not None else {"tags": dict(self.tags or {})}
+        if self.owner_id is not None:
+            term["ownerID"] = self.owner_id
+        return term
+
+
+class GpuPoolSettings(Section):
     mode: str = opt("karpenter", "self-managed Karpenter, or EKS Auto Mode", choices=("karpenter", "auto"))
     instance_categories: list[str] = opt(["g", "p"], "instance categories the gpu-pool may launch", choices=tuple(catalog.categories()))
     instance_families: list[str] = opt([], "instance families (empty = any in the categories)", choices=tuple(catalog.families()))
-    instance_types: list[str] = opt([], "instance types (empty = any in the families/categories)", check=_in_catalog)
+    instance_types: list[str] = opt([], "instance types (empty = any in the families/categories)", check=_IN_CATALOG)
     capacity_types: list[str] = opt(["on-demand"], "capacity types", choices=("on-demand", "spot", "reserved"))
-    gpu_limit: int = opt(16, "total GPUs the pool may hold", check=_range(1))
-    root_volume_size_gib: int = opt(200, "GPU node root volume (deep-learning images are large)", check=_range(50, 16000))
+    capacity_reservation_selector_terms: list[CapacityReservationSelectorTerm] = opt(
+        [], "On-Demand Capacity Reservations the pool may use (required with, and only with, capacity type reserved): objects with id, or tags and optional ownerId"
+    )
+    gpu_limit: Int = opt(16, "total GPUs the pool may hold", check=_range(1))
+    root_volume_size_gib: Int = opt(200, "GPU node root volume (deep-learning images are large)", check=_range(50, 16000))
     consolidate_after: str = opt("10m", "how long an empty GPU node lives before removal", check=_pattern(_DURATION_RE, "a duration such as 30s, 10m or 1h"))
     expire_after: str = opt("Never", "node lifetime (Never keeps nodes under a running job)", check=_pattern(_DURATION_RE, "Never or a duration such as 720h"))
 
-    def validate(self, path: str) -> None:
+    def problems(self, path: str) -> Iterator[ConfigError]:
         for key in ("instance_categories", "instance_families", "instance_types", "capacity_types"):
             problem = _unique(getattr(self, key))
             if problem:
-                raise ConfigError(f"{path}.{camel(key)}", getattr(self, key), problem)
+                yield ConfigError(f"{path}.{camel(key)}", getattr(self, key), problem)
         if not self.capacity_types:
-            raise ConfigError(f"{path}.capacityTypes", self.capacity_types, "allowed: at least one of on-demand, spot, reserved")
+            yield ConfigError(f"{path}.capacityTypes", self.capacity_types, "allowed: at least one of on-demand, spot, reserved")
+        terms = f"{path}.capacityReservationSelectorTerms"
+        if "reserved" in self.capacity_types and not self.capacity_reservation_selector_terms:
+            yield ConfigError(terms, [], "required when gpuPool.capacityTypes includes reserved; allowed: a list of {id: cr-...} or {tags: {...}, ownerId: ...} terms")
+        if self.capacity_reservation_selector_terms and "reserved" not in self.capacity_types:
+            yield ConfigError(terms, to_raw(self.capacity_reservation_selector_terms), "allowed only when gpuPool.capacityTypes includes reserved")
+        if "reserved" in self.capacity_types and self.mode == "auto":
+            # the terms live on the node class, and Auto Mode's built-in `default` NodeClass selects none
+            yield ConfigError(f"{path}.capacityTypes", self.capacity_types, "reserved needs gpuPool.mode: karpenter (Auto Mode's default NodeClass selects no capacity reservations); allowed: on-demand, spot")
         pool = self.allowed_types()
         if not pool:
-            raise ConfigError(f"{path}.instanceTypes", self.instance_types, "no catalog type matches instanceCategories/instanceFamilies/instanceTypes together")
+            yield ConfigError(f"{path}.instanceTypes", self.instance_types, "no catalog type matches instanceCategories/instanceFamilies/instanceTypes together")
+            return
         smallest = min(i.gpus for i in pool)
         if self.gpu_limit < smallest:
-            raise ConfigError(f"{path}.gpuLimit", self.gpu_limit, f"allowed: at least one node's GPUs ({smallest} for the smallest type in the pool)")
+            yield ConfigError(f"{path}.gpuLimit", self.gpu_limit, f"allowed: at least one node's GPUs ({smallest} for the smallest type in the pool)")
 
     def allowed_types(self) -> list[catalog.GpuInstance]:
         return catalog.types_in_pool(self.instance_categories, self.instance_families, self.instance_types)
 
 
-@dataclass(frozen=True)
-class EfaSettings:
-    enabled: bool = opt(False, "EFA device plugin and an EFA NodePool for multi-node jobs")
-    availability_zone: str | None = opt(None, "the one AZ EFA nodes run in (required when enabled)", check=_pattern(_AZ_RE, "an AZ name such as us-west-2a"))
-    instance_types: list[str] = opt(["p5.48xlarge"], "EFA-capable instance types for the EFA pool", check=_in_catalog)
+class EfaSettings(Section):
+    enabled: Bool = opt(False, "EFA device plugin and an EFA NodePool for multi-node jobs")
+    availability_zone: str | None = opt(None, "the one AZ EFA nodes run in (required when enabled): a zone of the cluster", check=_pattern(_AZ_RE, "an AZ name such as us-west-2a"))
+    instance_types: list[str] = opt(["p5.48xlarge"], "EFA-capable instance types for the EFA pool", check=_IN_CATALOG)
 
-    def validate(self, path: str) -> None:
+    def problems(self, path: str) -> Iterator[ConfigError]:
         for t in self.instance_types:
             if not catalog.lookup(t).efa:
                 efa_types = ", ".join(sorted(n for n, i in catalog.catalog().items() if i.efa))
-                raise ConfigError(f"{path}.instanceTypes", t, f"{t} has no EFA; allowed: {efa_types}")
+                yield ConfigError(f"{path}.instanceTypes", t, f"{t} has no EFA; allowed: {efa_types}")
         if self.enabled:
             if not self.availability_zone:
-                raise ConfigError(f"{path}.availabilityZone", self.availability_zone, "required when efa.enabled is true: one AZ of the cluster")
+                yield ConfigError(f"{path}.availabilityZone", self.availability_zone, "required when efa.enabled is true: one AZ of the cluster")
             if not self.instance_types:
-                raise ConfigError(f"{path}.instanceTypes", self.instance_types, "allowed: at least one EFA-capable type when efa.enabled is true")
+                yield ConfigError(f"{path}.instanceTypes", self.instance_types, "allowed: at least one EFA-capable type when efa.enabled is true")
 
 
 # --- Trainer ---------------------------------------------------------------------------------
@@ -268,74 +320,118 @@ class EfaSettings:
 RUNTIME_NAMES = ("torch-distributed-gpu", "deepspeed-distributed-gpu", "tensorflow-distributed")
 
 
-@dataclass(frozen=True)
-class TrainerSettings:
+class TrainerSettings(Section):
     version: str = opt(versions.DEFAULT_TRAINER_VERSION, "Kubeflow Trainer release", choices=tuple(versions.TRAINER_VERSIONS))
-    max_restarts: int = opt(3, "whole-job restarts (JobSet failurePolicy.maxRestarts)", check=_range(0, 100))
+    max_restarts: Int = opt(3, "whole-job restarts (JobSet failurePolicy.maxRestarts)", check=_range(0, 100))
     shm_size: str = opt("64Gi", "size of the memory-backed /dev/shm volume", check=_quantity)
     runtimes: list[str] = opt(list(RUNTIME_NAMES), "ClusterTrainingRuntimes to install", choices=RUNTIME_NAMES)
     allow_upgrade_from: str | None = opt(None, "installed Trainer release the docs/trainer-upgrade.md procedure was run for", choices=tuple(versions.TRAINER_VERSIONS))
 
-    def validate(self, path: str) -> None:
+    def problems(self, path: str) -> Iterator[ConfigError]:
         if _unique(self.runtimes):
-            raise ConfigError(f"{path}.runtimes", self.runtimes, "allowed: a list without duplicates")
+            yield ConfigError(f"{path}.runtimes", self.runtimes, "allowed: a list without duplicates")
 
 
 # --- training jobs ---------------------------------------------------------------------------
 
-
-def _job_validate(self, path: str) -> None:
-    if self.gpus_per_node is not None and self.instance_type in catalog.catalog():
-        gpus = catalog.lookup(self.instance_type).gpus
-        if not 1 <= self.gpus_per_node <= gpus:
-            raise ConfigError(f"{path}.gpusPerNode", self.gpus_per_node, f"allowed: 1 to {gpus} ({self.instance_type} has {gpus} GPUs)")
-    if self.image.endswith(":latest") or ":" not in self.image.rsplit("/", 1)[-1]:
-        raise ConfigError(f"{path}.image", self.image, "allowed: an image with a pinned tag or digest (not latest)")
-
-
 _IMAGE_CHECK = _pattern(re.compile(r"^[a-z0-9.-]+(:\d+)?(/[a-z0-9._-]+)+(:[\w.-]+|@sha256:[0-9a-f]{64})$"), "an image reference such as registry/org/name:tag")
+_MODEL_CHECK = _pattern(re.compile(r"^[\w.-]+(/[\w.-]+)?$"), "a model id such as google-t5/t5-large")
+
+# flags workloads/trainjob.program_args sets: the job's field that sets each, or how the platform sets it
+PLATFORM_FLAGS: dict[str, str] = {
+    "--epochs": "epochs",
+    "--model": "model",
+    "--checkpoint-dir": "to the job's directory on the checkpoint volume (trainjobs.checkpointStorage)",
+    "--data-dir": "to the dataset on the checkpoint volume",
+    "--data-file": "to the dataset on the checkpoint volume",
+}
 
 
-@dataclass(frozen=True)
-class DdpJobSettings:
-    enabled: bool = opt(False, "create the DDP (MNIST) TrainJob")
-    num_nodes: int = opt(2, "nodes (pods) in the job", check=_range(1, 1000))
-    instance_type: str = opt("g5.xlarge", "GPU instance type of each node", check=_in_catalog)
-    gpus_per_node: int | None = opt(None, "GPUs (processes) per node; unset = all GPUs of the type", check=_range(1))
-    epochs: int = opt(3, "training epochs", check=_range(1, 10000))
+def _platform_flag(arg: str) -> str | None:
+    """The platform flag ``arg`` sets: ``--flag``, ``--flag=value`` or an abbreviation argparse expands."""
+    name = arg.split("=", 1)[0]
+    if not name.startswith("--") or len(name) < 3:
+        return None
+    if name in PLATFORM_FLAGS:
+        return name
+    matches = [f for f in PLATFORM_FLAGS if f.startswith(name)]
+    return matches[0] if len(matches) == 1 else None
+
+
+class JobSettings(Section):
+    """What every TrainJob has; :class:`DdpJobSettings` and :class:`FsdpJobSettings` only change
+    defaults and descriptions (and FSDP adds ``model``)."""
+
+    enabled: Bool = opt(False, "create the TrainJob")
+    num_nodes: Int = opt(2, "nodes (pods) in the job", check=_range(1, 1000))
+    instance_type: str = opt("g5.xlarge", "GPU instance type of each node", check=_IN_CATALOG)
+    gpus_per_node: Int | None = opt(None, "GPUs (processes) per node; unset = all GPUs of the type", check=_range(1))
+    epochs: Int = opt(3, "training epochs", check=_range(1, 10000))
     image: str = opt(versions.WORKLOAD_IMAGE, "training image (workloads/Dockerfile)", check=_IMAGE_CHECK)
-    availability_zone: str | None = opt(None, "pin the job's nodes to one AZ", check=_pattern(_AZ_RE, "an AZ name such as us-west-2a"))
-    extra_args: list[str] = opt([], "extra command-line arguments for the training program")
-    validate = _job_validate
+    availability_zone: str | None = opt(None, "pin the job's nodes to one AZ (an EFA job: efa.availabilityZone)", check=_pattern(_AZ_RE, "an AZ name such as us-west-2a"))
+    extra_args: list[str] = opt([], "extra command-line arguments for the training program (not the flags the platform sets: --epochs, --checkpoint-dir, --data-dir, --model, --data-file)")
+
+    def problems(self, path: str) -> Iterator[ConfigError]:
+        if self.gpus_per_node is not None and self.instance_type in catalog.catalog():
+            gpus = catalog.lookup(self.instance_type).gpus
+            if not 1 <= self.gpus_per_node <= gpus:
+                yield ConfigError(f"{path}.gpusPerNode", self.gpus_per_node, f"allowed: 1 to {gpus} ({self.instance_type} has {gpus} GPUs)")
+        if self.image.endswith(":latest") or ":" not in self.image.rsplit("/", 1)[-1]:
+            yield ConfigError(f"{path}.image", self.image, "allowed: an image with a pinned tag or digest (not latest)")
+        for i, arg in enumerate(self.extra_args):
+            flag = _platform_flag(arg)
+            if flag is None:
+                continue
+            name = arg.split("=", 1)[0]
+            what = flag if name == flag else f"{name} (argparse reads it as {flag})"
+            setter = PLATFORM_FLAGS[flag]
+            if setter in type(self).model_fields:
+                how = f"from {path}.{camel(setter)}; allowed: other flags of the training program (set {path}.{camel(setter)} instead)"
+            elif flag == "--model":
+                how = "(FSDP jobs: from trainjobs.fsdp.model); allowed: other flags of the training program"
+            else:
+                how = f"{setter}; allowed: other flags of the training program"
+            yield ConfigError(f"{path}.extraArgs[{i}]", arg, f"{what} is set by the platform {how}")
 
 
-@dataclass(frozen=True)
-class FsdpJobSettings:
-    enabled: bool = opt(False, "create the FSDP (T5) TrainJob")
-    num_nodes: int = opt(2, "nodes (pods) in the job", check=_range(1, 1000))
-    instance_type: str = opt("g5.12xlarge", "GPU instance type of each node", check=_in_catalog)
-    gpus_per_node: int | None = opt(None, "GPUs (processes) per node; unset = all GPUs of the type", check=_range(1))
-    epochs: int = opt(1, "training epochs", check=_range(1, 10000))
-    image: str = opt(versions.WORKLOAD_IMAGE, "training image (workloads/Dockerfile)", check=_IMAGE_CHECK)
-    availability_zone: str | None = opt(None, "pin the job's nodes to one AZ", check=_pattern(_AZ_RE, "an AZ name such as us-west-2a"))
-    extra_args: list[str] = opt([], "extra command-line arguments for the training program")
-    model: str = opt("google-t5/t5-large", "Hugging Face model id to fine-tune", check=_pattern(re.compile(r"^[\w.-]+(/[\w.-]+)?$"), "a model id such as google-t5/t5-large"))
-    validate = _job_validate
+class DdpJobSettings(JobSettings):
+    enabled: Bool = opt(False, "create the DDP (MNIST) TrainJob")
 
 
-@dataclass(frozen=True)
-class CheckpointStorageSettings:
+class FsdpJobSettings(JobSettings):
+    enabled: Bool = opt(False, "create the FSDP (T5) TrainJob")
+    instance_type: str = opt("g5.12xlarge", "GPU instance type of each node", check=_IN_CATALOG)
+    epochs: Int = opt(1, "training epochs", check=_range(1, 10000))
+    model: str = opt("google-t5/t5-large", "Hugging Face model id to fine-tune", check=_MODEL_CHECK)
+
+
+class CheckpointStorageSettings(Section):
     type: str = opt("fsx", "durable RWX checkpoint volume", choices=("fsx", "efs"))
-    capacity_gib: int = opt(1200, "FSx for Lustre capacity (1200 or a multiple of 2400)", check=lambda v: None if v == 1200 or (v > 0 and v % 2400 == 0) else "allowed: 1200 or a multiple of 2400")
-    throughput_per_tib: int = opt(250, "FSx PERSISTENT_2 throughput per TiB (MB/s)", choices=(125, 250, 500, 1000))
+    capacity_gib: Int = opt(1200, "FSx for Lustre capacity (1200 or a multiple of 2400)", check=lambda v: None if v == 1200 or (v > 0 and v % 2400 == 0) else "allowed: 1200 or a multiple of 2400")
+    throughput_per_tib: Int = opt(250, "FSx PERSISTENT_2 throughput per TiB (MB/s)", choices=(125, 250, 500, 1000))
 
 
-@dataclass(frozen=True)
-class TrainJobsSettings:
-    namespace: str = opt("training", "namespace for TrainJobs, code and checkpoints", check=_pattern(_DNS_LABEL_RE, "a DNS label such as training"))
+def system_namespaces() -> dict[str, str]:
+    """Namespaces TrainJobs may not use, and what runs there."""
+    from k8s.gpu_objects import KARPENTER_NAMESPACE  # lazily: k8s modules import this one
+    from k8s.trainer import TRAINER_NAMESPACE
+
+    reserved = {"kube-system": "Kubernetes system components", "kube-public": "cluster-wide public data", "kube-node-lease": "node heartbeats", "default": "the namespace of everything unplaced"}
+    reserved[KARPENTER_NAMESPACE] = (reserved.get(KARPENTER_NAMESPACE, "") + " and Karpenter").removeprefix(" and ")
+    reserved[TRAINER_NAMESPACE] = "the Kubeflow Trainer controller"
+    return reserved
+
+
+class TrainJobsSettings(Section):
+    namespace: str = opt("training", "namespace for TrainJobs, code and checkpoints (not a system namespace)", check=_pattern(_DNS_LABEL_RE, "a DNS label such as training"))
     checkpoint_storage: CheckpointStorageSettings = opt(CheckpointStorageSettings(), "checkpoint volume")
     ddp: DdpJobSettings = opt(DdpJobSettings(), "DDP MNIST job")
     fsdp: FsdpJobSettings = opt(FsdpJobSettings(), "FSDP T5 job")
+
+    def problems(self, path: str) -> Iterator[ConfigError]:
+        reserved = system_namespaces()
+        if self.namespace in reserved:
+            yield ConfigError(f"{path}.namespace", self.namespace, f"a system namespace ({reserved[self.namespace]}); allowed: a namespace of the platform's own such as training, not {', '.join(sorted(reserved))}")
 
     def jobs(self) -> dict[str, DdpJobSettings | FsdpJobSettings]:
         return {name: job for name, job in (("ddp", self.ddp), ("fsdp", self.fsdp)) if job.enabled}
@@ -343,28 +439,27 @@ class TrainJobsSettings:
 
 # --- the whole stack -------------------------------------------------------------------------
 
-SECTIONS: dict[str, type] = {
-    "network": NetworkSettings,
-    "cluster": ClusterSettings,
-    "nodeGroups": NodeGroupsSettings,
-    "gpuPool": GpuPoolSettings,
-    "efa": EfaSettings,
-    "trainer": TrainerSettings,
-    "trainjobs": TrainJobsSettings,
-}
+
+class StackConfig(Section):
+    """Everything under ``training-platform:`` in a stack file, one field per top-level key."""
+
+    network: NetworkSettings = Field(default_factory=NetworkSettings, description="VPC and subnets")
+    cluster: ClusterSettings = Field(default_factory=ClusterSettings, description="EKS cluster")
+    node_groups: NodeGroupsSettings = Field(default_factory=NodeGroupsSettings, description="managed node groups for system and CPU workloads")
+    gpu_pool: GpuPoolSettings = Field(default_factory=GpuPoolSettings, description="GPU capacity (Karpenter NodePool or Auto Mode)")
+    efa: EfaSettings = Field(default_factory=EfaSettings, description="EFA networking for multi-node jobs")
+    trainer: TrainerSettings = Field(default_factory=TrainerSettings, description="Kubeflow Trainer")
+    trainjobs: TrainJobsSettings = Field(default_factory=TrainJobsSettings, description="training jobs and their checkpoint storage")
 
 
-@dataclass(frozen=True)
-class Settings:
+SECTIONS: dict[str, type[Section]] = {cast(str, f.alias): cast(type[Section], f.annotation) for f in StackConfig.model_fields.values()}
+"""Top-level config key -> its settings class, in the order of :class:`StackConfig`."""
+_SECTION_ATTR = {cast(str, f.alias): name for name, f in StackConfig.model_fields.items()}
+
+
+class Settings(StackConfig):
     stack: str
     region: str
-    network: NetworkSettings = field(default_factory=NetworkSettings)
-    cluster: ClusterSettings = field(default_factory=ClusterSettings)
-    node_groups: NodeGroupsSettings = field(default_factory=NodeGroupsSettings)
-    gpu_pool: GpuPoolSettings = field(default_factory=GpuPoolSettings)
-    efa: EfaSettings = field(default_factory=EfaSettings)
-    trainer: TrainerSettings = field(default_factory=TrainerSettings)
-    trainjobs: TrainJobsSettings = field(default_factory=TrainJobsSettings)
 
     @property
     def cluster_name(self) -> str:
@@ -377,63 +472,107 @@ class Settings:
         return list(dict.fromkeys(zones))
 
 
-_REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
-
-
 def load_settings(raw: Mapping[str, Any], *, stack: str, region: str) -> Settings:
-    """Validate the whole project config; raise one ConfigError on the first problem."""
-    if not _REGION_RE.match(region or ""):
-        raise ConfigError("aws:region", region, "allowed: an AWS region such as us-west-2 (set aws:region in the stack file)")
+    """Validate the whole project config; raise one ConfigErrors listing every problem."""
+    errors: list[ConfigError] = []
+    region_known = aws_facts.is_known_region(region or "")
+    if not region_known:
+        close = difflib.get_close_matches(region or "", aws_facts.regions(), n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        errors.append(ConfigError("aws:region", region, f"{hint}allowed: an AWS region the platform knows (infra/aws_facts.yaml): {', '.join(aws_facts.regions())}; set aws:region in the stack file"))
     for key in raw:
         if key not in SECTIONS:
-            raise ConfigError(key, raw[key], unknown_key_hint(key, list(SECTIONS)))
-    parsed = {key: parse(cls, raw.get(key), key) for key, cls in SECTIONS.items()}
-    settings = Settings(
-        stack=stack,
-        region=region,
-        network=parsed["network"],
-        cluster=parsed["cluster"],
-        node_groups=parsed["nodeGroups"],
-        gpu_pool=parsed["gpuPool"],
-        efa=parsed["efa"],
-        trainer=parsed["trainer"],
-        trainjobs=parsed["trainjobs"],
-    )
-    _cross_checks(settings)
+            errors.append(ConfigError(key, raw[key], unknown_key_hint(key, list(SECTIONS))))
+    sections: dict[str, Section] = {}
+    clean: set[str] = set()
+    for key, cls in SECTIONS.items():
+        obj, found = validate_section(cls, raw.get(key), key)
+        errors += found
+        sections[_SECTION_ATTR[key]] = obj if obj is not None else cls()
+        if obj is not None and not found:
+            clean.add(key)
+    settings = Settings.model_validate({"stack": stack, "region": region, **sections})
+    # rules across sections: only over sections that are valid themselves (no follow-on errors)
+    for needs, needs_region, rule in _RULES:
+        if set(needs) <= clean and (region_known or not needs_region):
+            errors += rule(settings)
+    if errors:
+        raise ConfigErrors(errors)
     return settings
 
 
-def _cross_checks(s: Settings) -> None:
-    """Rules that span sections."""
+# --- rules across sections -------------------------------------------------------------------
+
+
+def _cluster_name_rule(s: Settings) -> Iterator[ConfigError]:
     if s.cluster.name is None and not _CLUSTER_NAME_RE.match(s.cluster_name):
-        raise ConfigError("cluster.name", s.cluster_name, "the default name from the stack name is not a valid EKS name; set cluster.name")
-    zones = s.network.availability_zones
-    for key, zone in [("efa.availabilityZone", s.efa.availability_zone if s.efa.enabled else None)] + [
-        (f"trainjobs.{n}.availabilityZone", j.availability_zone) for n, j in s.trainjobs.jobs().items()
-    ]:
+        yield ConfigError("cluster.name", s.cluster_name, "the default name from the stack name is not a valid EKS name; set cluster.name")
+
+
+def _arn_rules(s: Settings) -> Iterator[ConfigError]:
+    part = aws_facts.partition(s.region)
+    for i, arn in enumerate(s.cluster.admin_principal_arns):
+        if arn.split(":")[1] != part:
+            yield ConfigError(f"cluster.adminPrincipalArns[{i}]", arn, f"allowed: an ARN of the region's partition ({s.region} is in {part}: arn:{part}:iam::...)")
+    kms = s.cluster.secrets_kms_key_arn
+    if kms is not None:
+        _, arn_part, _, arn_region, *_ = kms.split(":")
+        if (arn_part, arn_region) != (part, s.region):
+            yield ConfigError("cluster.secretsKmsKeyArn", kms, f"allowed: a KMS key of the stack's region and partition (arn:{part}:kms:{s.region}:...); EKS cannot use a key of another region")
+
+
+def _zone_rules(s: Settings) -> Iterator[ConfigError]:
+    region_zones = aws_facts.zones(s.region)
+    explicit = s.network.availability_zones
+    in_region = f"allowed: a zone of the stack's region {s.region}: {', '.join(region_zones)}"
+    for i, zone in enumerate(explicit):
+        if zone not in region_zones:
+            yield ConfigError(f"network.availabilityZones[{i}]", zone, in_region)
+    efa_zone = s.efa.availability_zone if s.efa.enabled else None
+    pinned = [("efa.availabilityZone", efa_zone)] + [(f"trainjobs.{n}.availabilityZone", j.availability_zone) for n, j in s.trainjobs.jobs().items()]
+    for key, zone in pinned:
         if zone is None:
             continue
-        if not zone.startswith(s.region):
-            raise ConfigError(key, zone, f"allowed: a zone of the cluster's region {s.region}")
-        if zones and zone not in zones:
-            raise ConfigError(key, zone, "allowed: one of the cluster's zones: " + ", ".join(zones))
-    pinned = s.pinned_zones()
-    if s.network.create_vpc and not zones and len(pinned) > s.network.az_count:
-        raise ConfigError("network.azCount", s.network.az_count, f"jobs and the EFA pool are pinned to {len(pinned)} zones ({', '.join(pinned)}); allowed: at least {len(pinned)}")
+        if zone not in region_zones:
+            yield ConfigError(key, zone, in_region)
+        elif explicit and zone not in explicit:
+            yield ConfigError(key, zone, "allowed: one of the cluster's zones (network.availabilityZones): " + ", ".join(explicit))
+    if efa_zone is not None:
+        for name, job in s.trainjobs.jobs().items():
+            if job.instance_type in s.efa.instance_types and job.availability_zone not in (None, efa_zone):
+                yield ConfigError(
+                    f"trainjobs.{name}.availabilityZone", job.availability_zone, f"the job runs in the EFA pool ({job.instance_type} is in efa.instanceTypes); allowed: efa.availabilityZone ({efa_zone})"
+                )
+    zones = s.pinned_zones()
+    if s.network.create_vpc and not explicit and len(zones) > s.network.az_count:
+        yield ConfigError("network.azCount", s.network.az_count, f"jobs and the EFA pool are pinned to {len(zones)} zones ({', '.join(zones)}); allowed: at least {len(zones)}")
+
+
+def _job_rules(s: Settings) -> Iterator[ConfigError]:
     pool_types = {i.name for i in s.gpu_pool.allowed_types()}
     if s.efa.enabled:
         pool_types |= set(s.efa.instance_types)
     for name, job in s.trainjobs.jobs().items():
         key = f"trainjobs.{name}"
         if job.instance_type not in pool_types:
-            raise ConfigError(f"{key}.instanceType", job.instance_type, "not allowed by the gpu-pool (gpuPool.instanceCategories/instanceFamilies/instanceTypes); allowed: " + ", ".join(sorted(pool_types)))
+            yield ConfigError(f"{key}.instanceType", job.instance_type, "not allowed by the gpu-pool (gpuPool.instanceCategories/instanceFamilies/instanceTypes); allowed: " + ", ".join(sorted(pool_types)))
+            continue
         if "torch-distributed-gpu" not in s.trainer.runtimes:
-            raise ConfigError(f"{key}.enabled", True, "the job needs runtime torch-distributed-gpu; add it to trainer.runtimes")
+            yield ConfigError(f"{key}.enabled", True, "the job needs runtime torch-distributed-gpu; add it to trainer.runtimes")
         gpus = job_gpus_per_node(job)
         if job.num_nodes * gpus > s.gpu_pool.gpu_limit and not (s.efa.enabled and job.instance_type in s.efa.instance_types):
-            raise ConfigError(f"{key}.numNodes", job.num_nodes, f"the job needs {job.num_nodes * gpus} GPUs but gpuPool.gpuLimit is {s.gpu_pool.gpu_limit}; allowed: at most {s.gpu_pool.gpu_limit // gpus} nodes")
+            yield ConfigError(f"{key}.numNodes", job.num_nodes, f"the job needs {job.num_nodes * gpus} GPUs but gpuPool.gpuLimit is {s.gpu_pool.gpu_limit}; allowed: at most {s.gpu_pool.gpu_limit // gpus} nodes")
 
 
-def job_gpus_per_node(job: DdpJobSettings | FsdpJobSettings) -> int:
+# (sections the rule reads, whether it needs a known aws:region, the rule)
+_RULES: list[tuple[tuple[str, ...], bool, Callable[[Settings], Iterator[ConfigError]]]] = [
+    (("cluster",), False, _cluster_name_rule),
+    (("cluster",), True, _arn_rules),
+    (("network", "efa", "trainjobs"), True, _zone_rules),
+    (("gpuPool", "efa", "trainer", "trainjobs"), False, _job_rules),
+]
+
+
+def job_gpus_per_node(job: JobSettings) -> int:
     """GPUs (and processes) per node: configured, else every GPU of the instance type."""
     return job.gpus_per_node if job.gpus_per_node is not None else catalog.lookup(job.instance_type).gpus

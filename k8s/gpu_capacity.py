@@ -48,8 +48,11 @@ class GpuCapacity(pulumi.ComponentResource):
         )
         self.karpenter = karpenter
         node_tags = {**self._tags, "karpenter.sh/discovery": self._cluster_name}
+        reservations = [t.karpenter() for t in s.gpu_pool.capacity_reservation_selector_terms]
         gpu_class = apply_manifest(
-            g.ec2_node_class(name="gpu", cluster_name=self._cluster_name, node_role=node_role, root_volume_gib=s.gpu_pool.root_volume_size_gib, tags=node_tags),
+            g.ec2_node_class(
+                name="gpu", cluster_name=self._cluster_name, node_role=node_role, root_volume_gib=s.gpu_pool.root_volume_size_gib, tags=node_tags, capacity_reservations=reservations
+            ),
             self._opts(depends_on=[karpenter]),
         )
         self.node_pools.append(apply_manifest(g.gpu_node_pool(s.gpu_pool, g.ec2_node_class_ref("gpu")), self._opts(depends_on=[karpenter, gpu_class])))
@@ -62,6 +65,7 @@ class GpuCapacity(pulumi.ComponentResource):
                         name=pool_name,
                         cluster_name=self._cluster_name,
                         node_role=node_role,
+                        capacity_reservations=reservations,
                         root_volume_gib=s.gpu_pool.root_volume_size_gib,
                         tags=node_tags,
                         placement_group=self._aws.placement_group_name,

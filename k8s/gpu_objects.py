@@ -172,7 +172,20 @@ def efa_devices_per_node(instance_type: str) -> int:
     return sum(1 for nic in efa_network_interfaces(instance_type) if nic["interfaceType"] == "efa-only")
 
 
-def ec2_node_class(*, name: str, cluster_name: str, node_role: str, root_volume_gib: int, tags: dict[str, str], placement_group: str | None = None, interfaces: list[dict] | None = None, extra_security_group_tags: dict[str, str] | None = None) -> dict:
+def ec2_node_class(
+    *,
+    name: str,
+    cluster_name: str,
+    node_role: str,
+    root_volume_gib: int,
+    tags: dict[str, str],
+    placement_group: str | None = None,
+    interfaces: list[dict] | None = None,
+    extra_security_group_tags: dict[str, str] | None = None,
+    capacity_reservations: list[dict] | None = None,
+) -> dict:
+    """``capacity_reservations``: Karpenter's ``capacityReservationSelectorTerms``; the NodePools'
+    ``reserved`` capacity type launches only into reservations these terms select."""
     discovery = {"karpenter.sh/discovery": cluster_name}
     security_groups = [{"tags": dict(discovery)}] + ([{"tags": dict(extra_security_group_tags)}] if extra_security_group_tags else [])
     spec = {
@@ -191,6 +204,8 @@ def ec2_node_class(*, name: str, cluster_name: str, node_role: str, root_volume_
         spec["placementGroupSelector"] = {"name": placement_group}
     if interfaces:
         spec["networkInterfaces"] = interfaces
+    if capacity_reservations:
+        spec["capacityReservationSelectorTerms"] = [dict(t) for t in capacity_reservations]
     return {"apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": name}, "spec": spec}
 
 

@@ -1,4 +1,4 @@
-"""Config validation: every bad value is one ConfigError naming the key, value and what is allowed."""
+"""Config validation: every bad value is a ConfigError line naming the key, value and what is allowed (all problems of a config in one ConfigErrors)."""
 
 import pytest
 

@@ -156,3 +156,22 @@ def test_render_good_file_beside_the_bad_ones(project, tmp_path, capsys):
     assert (out / "good" / "plan.json").is_file()
     assert render.main(["--stack", "bad", "--out", str(out), "--project-dir", str(project)]) == 2
     assert (out / "good" / "plan.json").is_file() and not (out / "bad").exists()
+
+
+def test_render_names_every_invalid_key_of_a_config_at_once(project, tmp_path, capsys):
+    """Four independent mistakes: four lines, exit 2, no plan, no traceback."""
+    (project / "Pulumi.four.yaml").write_text(
+        "config:\n  aws:region: us-west-2\n"
+        "  training-platform:nodeGroups:\n    arm: {instanceType: c6i.large}\n"
+        "  training-platform:gpuPool:\n    capacityTypes: [spot, ondemand]\n"
+        "  training-platform:trainer:\n    maxRestarts: -1\n"
+        "  training-platform:trainjobs:\n    ddp: {numNode: 2}\n"
+    )
+    out = tmp_path / "out"
+    assert render.main(["--stack", "four", "--out", str(out), "--project-dir", str(project)]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    keys = ["nodeGroups.arm.instanceType", "gpuPool.capacityTypes[1]", "trainer.maxRestarts", "trainjobs.ddp.numNode"]
+    assert len(lines) == 4 and all(f"training-platform:{k} = " in line for k, line in zip(keys, lines, strict=True))
+    assert all(line.startswith("render: four: invalid config ") for line in lines)
+    assert "Traceback" not in captured.out + captured.err and not (out / "four").exists()

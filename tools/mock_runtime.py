@@ -398,6 +398,8 @@ def run_program(project_dir: str, stack: str, stack_config: dict | None = None, 
 
     try:
         _sync_await(run_pulumi_func(program))
+    except pulumi.RunError as err:  # the program's own message (all config problems, one per line)
+        raise ProgramError(str(err).strip() or type(err).__name__, monitor.registrations) from err
     except Exception as err:
         text = str(err).strip()
         raise ProgramError(text.splitlines()[-1] if text else type(err).__name__, monitor.registrations) from err

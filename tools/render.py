@@ -93,7 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run = run_program(args.project_dir, args.stack)
     except (StackFileError, ProgramError, FileNotFoundError) as err:  # one line, no traceback, nothing written
-        print(f"render: {args.stack}: {' '.join(str(err).split()) or type(err).__name__}", file=sys.stderr)
+        # one line per problem (a config error lists every invalid key), each line whole
+        lines = [" ".join(line.split()) for line in str(err).splitlines() if line.strip()] or [type(err).__name__]
+        for line in lines:
+            print(f"render: {args.stack}: {line}", file=sys.stderr)
         return 2
     finally:
         logging.getLogger().removeHandler(collect)

@@ -1,0 +1,90 @@
+"""The JSON Schema of a stack file (``Pulumi.<stack>.yaml``), generated from the settings models.
+
+Editors that speak the YAML language server read it through the stack files' first line
+(``# yaml-language-server: $schema=./schema/stack-config.schema.json``): completion, hover
+docs and errors for every ``training-platform:*`` key as you type. The schema checks what a
+schema can (types, choices, patterns, ranges, unknown keys); the rules across fields and
+sections stay in ``infra/settings.py`` and run on every render.
+
+Usage: python -m tools.config_json_schema [--write | --check] [schema/stack-config.schema.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+from typing import Any
+
+from infra import aws_facts
+from infra.config_schema import PROJECT
+from infra.settings import StackConfig
+
+DEFAULT_PATH = "schema/stack-config.schema.json"
+
+
+def _untitled(node: Any) -> Any:
+    """Drop pydantic's titles (the Python names, title-cased): the descriptions say more."""
+    if isinstance(node, dict):
+        return {k: _untitled(v) for k, v in node.items() if not (k == "title" and isinstance(v, str))}
+    if isinstance(node, list):
+        return [_untitled(v) for v in node]
+    return node
+
+
+def schema() -> dict[str, Any]:
+    models = _untitled(StackConfig.model_json_schema(by_alias=True, ref_template="#/$defs/{model}"))
+    sections = {f"{PROJECT}:{key}": spec for key, spec in models["properties"].items()}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": f"{PROJECT} stack file (Pulumi.<stack>.yaml)",
+        "description": "Generated from infra/settings.py by tools/config_json_schema.py (make schema); do not edit.",
+        "type": "object",
+        "properties": {
+            "config": {
+                "type": "object",
+                "description": "Stack configuration: the project's keys (training-platform:<section>) and other namespaces (aws:, pulumi:, kubernetes:...).",
+                "properties": {
+                    "aws:region": {"description": "the AWS region to deploy to (infra/aws_facts.yaml lists the known ones)", "enum": aws_facts.regions()},
+                    **sections,
+                },
+                "required": ["aws:region"],
+                # any other provider's namespace; a training-platform key that is not a section is an error
+                "patternProperties": {f"^(?!{PROJECT}:)[A-Za-z0-9][A-Za-z0-9_.-]*:.+$": {}},
+                "additionalProperties": False,
+            },
+        },
+        "required": ["config"],
+        "$defs": models.get("$defs", {}),
+    }
+
+
+def render() -> str:
+    return json.dumps(schema(), indent=2, sort_keys=False) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("path", nargs="?", default=DEFAULT_PATH)
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true")
+    mode.add_argument("--check", action="store_true")
+    args = ap.parse_args(argv)
+    path = pathlib.Path(args.path)
+    text = render()
+    if args.write:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return 0
+    if args.check:
+        if not path.is_file() or path.read_text() != text:
+            print(f"{path}: out of date; run make schema", file=sys.stderr)
+            return 1
+        return 0
+    sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
