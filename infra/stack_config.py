@@ -12,7 +12,7 @@ import pulumi
 import yaml
 from pulumi.runtime import config as runtime_config
 
-from infra.config_schema import PROJECT
+from infra.config_schema import PROJECT, ConfigError, ConfigErrors
 
 
 def project_config() -> dict[str, Any]:
@@ -23,11 +23,17 @@ def project_config() -> dict[str, Any]:
     merged: dict[str, Any] = dict(runtime_config.get_config_env())
     merged.update(runtime_config.CONFIG.get())
     raw: dict[str, Any] = {}
+    misspelt = []
     for full_key, value in merged.items():
         namespace, _, key = full_key.partition(":")
         if namespace != PROJECT:
+            # a key meant for this project under a misspelt namespace would be silently ignored
+            if _namespace_suggestion(namespace, PROJECT):
+                misspelt.append(ConfigError(full_key, _decode(value), f"unknown config namespace {namespace!r}; did you mean {PROJECT!r}?"))
             continue
         raw[key] = _decode(value)
+    if misspelt:
+        raise ConfigErrors(misspelt) if len(misspelt) > 1 else misspelt[0]
     return raw
 
 

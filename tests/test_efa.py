@@ -157,3 +157,11 @@ def test_efa_node_classes_group_types_by_layout():
     assert sorted(map(sorted, layouts.values())) == [["g5.48xlarge"], ["p4d.24xlarge"], ["p5.48xlarge", "p5e.48xlarge"]]
     for types in layouts.values():
         assert len({g.efa_devices_per_node(t) for t in types}) == 1
+
+
+def test_efa_job_without_a_zone_is_pinned_to_the_efa_zone():
+    run = run_config(dev_config(efa={"enabled": True, "availabilityZone": "us-west-2b", "instanceTypes": ["g5.12xlarge"]}, gpuPool={"gpuLimit": 64}))
+    job = next(o for o in objects(run).values() if o["kind"] == "TrainJob" and o["metadata"]["name"] == "fsdp-t5")
+    assert _node_selector(job)["topology.kubernetes.io/zone"] == "us-west-2b"
+    ddp = next(o for o in objects(run).values() if o["kind"] == "TrainJob" and o["metadata"]["name"] == "ddp-mnist")
+    assert "topology.kubernetes.io/zone" not in _node_selector(ddp)  # g5.xlarge: no EFA, no pin

@@ -175,3 +175,16 @@ def test_render_names_every_invalid_key_of_a_config_at_once(project, tmp_path, c
     assert len(lines) == 4 and all(f"training-platform:{k} = " in line for k, line in zip(keys, lines, strict=True))
     assert all(line.startswith("render: four: invalid config ") for line in lines)
     assert "Traceback" not in captured.out + captured.err and not (out / "four").exists()
+
+
+def test_program_refuses_a_misspelt_namespace_from_any_config_source():
+    """`pulumi up` parses the stack file itself: the program must still not ignore the key."""
+    from tests.conftest import dev_config
+    from tools.mock_runtime import ProgramError, run_program
+
+    config = dev_config()
+    config["training-platfrom:trainer"] = {"maxRestarts": 5}
+    with pytest.raises(ProgramError) as err:
+        run_program(str(PROJECT), "dev", stack_config={"config": config})
+    assert str(err.value) == "invalid config training-platfrom:trainer = {'maxRestarts': 5}: unknown config namespace 'training-platfrom'; did you mean 'training-platform'?"
+    assert not [r for r in err.value.registrations if r.custom]

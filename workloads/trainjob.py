@@ -156,10 +156,12 @@ def trainjob(workload: Workload, job: DdpJobSettings | FsdpJobSettings, settings
     name; computed from the settings when not given)."""
     ns = settings.trainjobs.namespace
     node_selector = {"node.kubernetes.io/instance-type": job.instance_type}
-    if job.availability_zone:
-        node_selector["topology.kubernetes.io/zone"] = job.availability_zone
+    zone = job.availability_zone
     if efa_devices(job, settings):
         node_selector[EFA_LABEL] = "true"
+        zone = zone or settings.efa.availability_zone  # EFA nodes live in that one AZ (config refuses another)
+    if zone:
+        node_selector["topology.kubernetes.io/zone"] = zone
     pod_spec = {
         "nodeSelector": node_selector,
         "volumes": [
