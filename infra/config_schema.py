@@ -304,6 +304,31 @@ def validate_section(cls: type[Section], raw: Any, path: str) -> tuple[Section |
     return obj, list(problems_of(obj, path))
 
 
+def repaired_section(cls: type[Section], raw: Any) -> Section | None:
+    """The section with its invalid values left out (their defaults instead), or None when that
+    does not parse either. Lets the rules across sections run beside a section's own field
+    errors, so one mistake does not hide the others."""
+    import copy
+
+    data = copy.deepcopy(raw) if isinstance(raw, Mapping) else {}
+    for _ in range(20):
+        try:
+            return cls.model_validate(data, by_alias=True, by_name=False)
+        except ValidationError as exc:
+            removed = False
+            for err in exc.errors(include_url=False):
+                loc = [p for p in err["loc"] if not isinstance(p, int)]  # a bad list item: drop the whole list
+                node: Any = data
+                for part in loc[:-1]:
+                    node = node.get(part) if isinstance(node, dict) else None
+                if isinstance(node, dict) and loc and loc[-1] in node:
+                    del node[loc[-1]]
+                    removed = True
+            if not removed:
+                return None
+    return None
+
+
 def _problems_of_parts(cls: type[Section], raw: Any, path: str) -> Iterator[ConfigError]:
     """When ``raw`` does not parse as a whole: the cross-field rules of the nested objects (and
     list items) that parse on their own. Their field errors are already reported by the whole."""

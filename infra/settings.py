@@ -22,7 +22,7 @@ from pydantic import ConfigDict, Field, model_serializer
 
 import versions
 from infra import aws_facts, catalog
-from infra.config_schema import Bool, ConfigError, ConfigErrors, Int, SchemaCheck, Section, camel, opt, to_raw, unknown_key_hint, validate_section
+from infra.config_schema import Bool, ConfigError, ConfigErrors, Int, SchemaCheck, Section, camel, opt, repaired_section, to_raw, unknown_key_hint, validate_section
 
 # --- value checks (return the "allowed" text when the value is bad) -------------------------
 
@@ -484,21 +484,33 @@ def load_settings(raw: Mapping[str, Any], *, stack: str, region: str) -> Setting
         if key not in SECTIONS:
             errors.append(ConfigError(key, raw[key], unknown_key_hint(key, list(SECTIONS))))
     sections: dict[str, Section] = {}
-    clean: set[str] = set()
+    usable: set[str] = set()
     for key, cls in SECTIONS.items():
         obj, found = validate_section(cls, raw.get(key), key)
         errors += found
+        if obj is None and found:
+            obj = repaired_section(cls, raw.get(key))  # its invalid values left at their defaults
         sections[_SECTION_ATTR[key]] = obj if obj is not None else cls()
-        if obj is not None and not found:
-            clean.add(key)
+        if obj is not None:
+            usable.add(key)
     settings = Settings.model_validate({"stack": stack, "region": region, **sections})
-    # rules across sections: only over sections that are valid themselves (no follow-on errors)
+    # rules across sections, also beside field errors elsewhere (one run names every problem);
+    # a rule's finding on a key already reported is left out (no follow-on errors)
+    reported = [e.key for e in errors]
     for needs, needs_region, rule in _RULES:
-        if set(needs) <= clean and (region_known or not needs_region):
-            errors += rule(settings)
+        if set(needs) <= usable and (region_known or not needs_region):
+            errors += [e for e in rule(settings) if not any(_same_or_within(e.key, r) for r in reported)]
     if errors:
         raise ConfigErrors(errors)
     return settings
+
+
+def _same_or_within(key: str, reported: str) -> bool:
+    """``key`` is ``reported`` or lies inside it / around it (``a.b`` vs ``a.b[0]`` or ``a.b.c``)."""
+    for a, b in ((key, reported), (reported, key)):
+        if a == b or b.startswith(a + ".") or b.startswith(a + "["):
+            return True
+    return False
 
 
 # --- rules across sections -------------------------------------------------------------------
@@ -544,6 +556,12 @@ def _zone_rules(s: Settings) -> Iterator[ConfigError]:
                     f"trainjobs.{name}.availabilityZone", job.availability_zone, f"the job runs in the EFA pool ({job.instance_type} is in efa.instanceTypes); allowed: efa.availabilityZone ({efa_zone})"
                 )
     zones = s.pinned_zones()
+    if not s.network.create_vpc and zones and not explicit:
+        # the given subnets' zones are not known before deploy: nodes pinned to a zone without a
+        # subnet would stay Pending, so the zones must be named
+        yield ConfigError(
+            "network.availabilityZones", [], f"required with network.vpcId when jobs or the EFA pool are pinned to zones ({', '.join(zones)}): the zones of network.privateSubnetIds"
+        )
     if s.network.create_vpc and not explicit and len(zones) > s.network.az_count:
         yield ConfigError("network.azCount", s.network.az_count, f"jobs and the EFA pool are pinned to {len(zones)} zones ({', '.join(zones)}); allowed: at least {len(zones)}")
 

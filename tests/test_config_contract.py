@@ -289,3 +289,42 @@ def test_reserved_capacity_needs_karpenter_mode():
         load_settings(raw, stack="dev", region="us-west-2")
     raw["gpuPool"]["mode"] = "karpenter"
     assert load_settings(raw, stack="dev", region="us-west-2").gpu_pool.capacity_reservation_selector_terms[0].karpenter() == {"id": "cr-0123456789abcdef0"}
+
+
+def test_a_field_error_does_not_hide_a_rule_across_sections():
+    """extraArgs wrong in trainjobs and the EFA job in another zone: both in one run."""
+    import pytest as _pytest
+
+    from infra.config_schema import ConfigError
+    from infra.settings import load_settings
+    from tests.conftest import dev_config
+
+    cfg = dev_config(
+        efa={"enabled": True, "availabilityZone": "us-west-2a", "instanceTypes": ["g5.12xlarge"]},
+        gpuPool={"gpuLimit": 64},
+        trainjobs={"fsdp": {"availabilityZone": "us-west-2b", "extraArgs": ["--checkpoint-dir=/tmp/x"]}, "ddp": {"numNodes": "two"}},
+    )
+    raw = {k.split(":", 1)[1]: v for k, v in cfg.items() if k.startswith("training-platform:")}
+    with _pytest.raises(ConfigError) as err:
+        load_settings(raw, stack="dev", region="us-west-2")
+    keys = getattr(err.value, "keys", [err.value.key])
+    assert "trainjobs.ddp.numNodes" in keys
+    assert any(k.startswith("trainjobs.fsdp.extraArgs") for k in keys)
+    assert "trainjobs.fsdp.availabilityZone" in keys
+
+
+def test_byo_vpc_with_pinned_zones_must_name_the_subnets_zones():
+    import pytest as _pytest
+
+    from infra.config_schema import ConfigError
+    from infra.settings import load_settings
+    from tests.conftest import dev_config
+
+    byo = {"vpcId": "vpc-0abc12345def67890", "privateSubnetIds": ["subnet-0abc1234", "subnet-0def5678"], "azCount": 2}
+    cfg = dev_config(network=byo, trainjobs={"fsdp": {"availabilityZone": "us-west-2b"}})
+    cfg["training-platform:network"] = byo
+    raw = {k.split(":", 1)[1]: v for k, v in cfg.items() if k.startswith("training-platform:")}
+    with _pytest.raises(ConfigError, match=r"network.availabilityZones = \[\]: required with network.vpcId"):
+        load_settings(raw, stack="dev", region="us-west-2")
+    raw["network"] = {**byo, "availabilityZones": ["us-west-2a", "us-west-2b"]}
+    assert load_settings(raw, stack="dev", region="us-west-2").network.vpc_id == byo["vpcId"]

@@ -46,10 +46,10 @@ def schema() -> dict[str, Any]:
                 "type": "object",
                 "description": "Stack configuration: the project's keys (training-platform:<section>) and other namespaces (aws:, pulumi:, kubernetes:...).",
                 "properties": {
-                    "aws:region": {"description": "the AWS region to deploy to (infra/aws_facts.yaml lists the known ones)", "enum": aws_facts.regions()},
+                    # not required: like the AWS provider, the program falls back to AWS_REGION
+                    "aws:region": {"description": "the AWS region to deploy to (infra/aws_facts.yaml lists the known ones); unset = $AWS_REGION", "enum": aws_facts.regions()},
                     **sections,
                 },
-                "required": ["aws:region"],
                 # any other provider's namespace; a training-platform key that is not a section is an error
                 "patternProperties": {f"^(?!{PROJECT}:)[A-Za-z0-9][A-Za-z0-9_.-]*:.+$": {}},
                 "additionalProperties": False,
