@@ -52,10 +52,11 @@ policy: render
 clean:
 	rm -rf out .pytest_cache
 
-## image: build the training image (needs a Docker engine)
-IMAGE ?= ghcr.io/training-platform/workloads:0.1.0
-image:
-	docker build -t $(IMAGE) workloads
+## image: build the training image locally (needs a Docker engine), with the build args of versions.py;
+## the stack builds and pushes the same image itself (infra/registry.py)
+IMAGE ?= training-platform/workloads:local
+image: venv
+	docker build --platform linux/amd64 $$($(PY) -c "import versions; print(' '.join(f'--build-arg {k}={v}' for k, v in versions.WORKLOAD_BUILD_ARGS.items()))") -t $(IMAGE) workloads
 
 ## docs: regenerate the README's config reference from the settings classes
 docs: venv

@@ -10,6 +10,7 @@ from infra.config_schema import ConfigError
 from infra.deploy_state import TRAINER_VERSION, parameter_name, read_parameter, trainer_switch_error
 from infra.gpu_aws import GpuAws
 from infra.network import Network
+from infra.registry import TrainingImage
 from infra.settings import load_settings
 from infra.stack_config import aws_region, project_config
 from infra.storage import CheckpointStorage
@@ -34,9 +35,13 @@ gpu_aws = GpuAws("gpu", settings=settings, cluster=cluster, vpc_id=network.vpc_i
 capacity = GpuCapacity("gpu", settings=settings, gpu_aws=gpu_aws, cluster_name=cluster.name, provider=cluster.provider, tags=tags)
 trainer = Trainer("trainer", settings=settings.trainer, cluster_name=cluster.name, provider=cluster.provider, depends_on=capacity.node_pools)
 if settings.trainjobs.jobs():
+    # the training image is built (workloads/ -> the stack's ECR repository) unless every job brings its own
+    training_image = TrainingImage("workloads", cluster_name=settings.cluster_name, tags=tags) if any(j.image is None for j in settings.trainjobs.jobs().values()) else None
     storage = CheckpointStorage("checkpoints", settings=settings, cluster=cluster, network=network, tags=tags)
-    jobs = TrainJobs("jobs", settings=settings, trainer=trainer, storage=storage, capacity=capacity.node_pools, provider=cluster.provider)
+    jobs = TrainJobs("jobs", settings=settings, trainer=trainer, storage=storage, capacity=capacity.node_pools, provider=cluster.provider, image=training_image.ref if training_image else None)
     pulumi.export("trainJobs", jobs.names)
+    if training_image:
+        pulumi.export("trainingImage", training_image.ref)
 
 pulumi.export("clusterName", cluster.name)
 pulumi.export("kubeconfig", cluster.kubeconfig)

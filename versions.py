@@ -47,9 +47,24 @@ FSX_CSI_ADDON_VERSION = "v1.7.0-eksbuild.1"
 EFS_CSI_ADDON_VERSION = "v2.1.13-eksbuild.1"
 POD_IDENTITY_ADDON_VERSION = "v1.3.9-eksbuild.3"
 
-# Training image built from workloads/Dockerfile (`make image`); publish it to your registry
-# and set trainjobs.<job>.image, or keep this default if you use the project's published image.
-WORKLOAD_IMAGE = "ghcr.io/training-platform/workloads:0.1.0"
+# Training image: the stack builds workloads/Dockerfile and pushes it to its own ECR repository
+# (infra/registry.py) unless every enabled job sets trainjobs.<job>.image. These are the
+# Dockerfile's build args (`make image` passes the same ones); they are part of the image tag.
+# EFA installer 1.51.0 (EC2 User Guide, "Elastic Fabric Adapter release notes", released
+# Oct 22 2026) bundles libfabric 2.7.0amzn2.0 and the Amazon OFI NCCL plugin (aws-ofi-nccl)
+# 1.22.0; the Dockerfile checks that the installed packages are these.
+WORKLOAD_BASE_IMAGE = "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime"  # CUDA 12.8: sm_90 (p5) and sm_89 (g6e)
+EFA_INSTALLER_VERSION = "1.51.0"
+LIBFABRIC_VERSION = "2.7.0amzn2.0"
+AWS_OFI_NCCL_VERSION = "1.22.0"
+WORKLOAD_UID = "1000"  # the image's non-root user (created; not switched to yet: workloads/Dockerfile)
+WORKLOAD_BUILD_ARGS = {
+    "BASE_IMAGE": WORKLOAD_BASE_IMAGE,
+    "EFA_INSTALLER_VERSION": EFA_INSTALLER_VERSION,
+    "LIBFABRIC_VERSION": LIBFABRIC_VERSION,
+    "AWS_OFI_NCCL_VERSION": AWS_OFI_NCCL_VERSION,
+    "TRAINING_UID": WORKLOAD_UID,
+}
 
 # Default images of the ClusterTrainingRuntimes (a TrainJob sets its own image).
 TORCH_RUNTIME_IMAGE = "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime"

@@ -21,6 +21,8 @@ for i in range(n):
     rt = torch_runtime(_s.trainer)
     rt["metadata"]["name"] = f"torch-scale-{i}"
     apply_manifest(rt, pulumi.ResourceOptions(provider=cluster.provider))  # noqa: F821 - defined by the real program
-    job = tj.trainjob(tj.WORKLOADS["ddp"], _s.trainjobs.ddp, _s, code_configmap=tj.code_configmap_name(_files), runtime_name=rt["metadata"]["name"])
+    job = tj.trainjob(tj.WORKLOADS["ddp"], _s.trainjobs.ddp, _s, code_configmap=tj.code_configmap_name(_files), runtime_name=rt["metadata"]["name"],
+        image=training_image.ref if training_image else None,  # noqa: F821 - defined by the real program
+    )
     job["metadata"]["name"] = f"ddp-scale-{i}"
     apply_manifest(job, pulumi.ResourceOptions(provider=cluster.provider))  # noqa: F821

@@ -78,6 +78,9 @@ LOG_GROUP = NameRule(512, r"[.\-_/#A-Za-z0-9]", "CloudWatch Logs API Reference, 
 # SSM counts the parameter's whole ARN, arn:<partition>:ssm:<region>:<account>:parameter, against
 # 1011 characters (PutParameter / AWS::SSM::Parameter docs); that prefix stays under 64 characters.
 SSM_PARAMETER = NameRule(1011 - 64, r"[A-Za-z0-9_./-]", "SSM API Reference / CloudFormation AWS::SSM::Parameter: name incl. its ARN at most 1011 characters, a-zA-Z0-9_.- and /")
+# ECR repository names are lowercase; the API's pattern also wants every '.', '_', '-' or '/'
+# between two alphanumerics, which names made of a cluster name and a suffix keep.
+ECR_REPOSITORY = NameRule(256, r"[a-z0-9._/-]", "ECR API Reference, CreateRepository: repositoryName length 2-256, lowercase letters, digits and . _ - / (pattern (?:[a-z0-9]+(?:[._-][a-z0-9]+)*/)*[a-z0-9]+(?:[._-][a-z0-9]+)*)")
 # Not a resource name, but the one other string derived from the cluster name that has a limit:
 # the "Name" tag (tag values at most 256 Unicode characters; AWS tagging restrictions).
 TAG_VALUE = NameRule(256, r"[\s\S]", "AWS tagging restrictions (e.g. EC2 / Batch user guides): tag value at most 256 Unicode characters")
@@ -97,4 +100,5 @@ NAME_RULES: dict[tuple[str, str], NameRule] = {
     ("aws:cloudwatch/eventRule:EventRule", "name"): EVENT_RULE,
     ("aws:cloudwatch/logGroup:LogGroup", "name"): LOG_GROUP,
     ("aws:ssm/parameter:Parameter", "name"): SSM_PARAMETER,
+    ("aws:ecr/repository:Repository", "name"): ECR_REPOSITORY,
 }

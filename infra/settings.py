@@ -367,7 +367,7 @@ class JobSettings(Section):
     instance_type: str = opt("g5.xlarge", "GPU instance type of each node", check=_IN_CATALOG)
     gpus_per_node: Int | None = opt(None, "GPUs (processes) per node; unset = all GPUs of the type", check=_range(1))
     epochs: Int = opt(3, "training epochs", check=_range(1, 10000))
-    image: str = opt(versions.WORKLOAD_IMAGE, "training image (workloads/Dockerfile)", check=_IMAGE_CHECK)
+    image: str | None = opt(None, "training image; unset = the image the stack builds from workloads/Dockerfile into its own ECR repository (docs/images.md)", check=_IMAGE_CHECK)
     availability_zone: str | None = opt(None, "pin the job's nodes to one AZ (an EFA job: efa.availabilityZone)", check=_pattern(_AZ_RE, "an AZ name such as us-west-2a"))
     extra_args: list[str] = opt([], "extra command-line arguments for the training program (not the flags the platform sets: --epochs, --checkpoint-dir, --data-dir, --model, --data-file)")
 
@@ -376,7 +376,7 @@ class JobSettings(Section):
             gpus = catalog.lookup(self.instance_type).gpus
             if not 1 <= self.gpus_per_node <= gpus:
                 yield ConfigError(f"{path}.gpusPerNode", self.gpus_per_node, f"allowed: 1 to {gpus} ({self.instance_type} has {gpus} GPUs)")
-        if self.image.endswith(":latest") or ":" not in self.image.rsplit("/", 1)[-1]:
+        if self.image is not None and (self.image.endswith(":latest") or ":" not in self.image.rsplit("/", 1)[-1]):
             yield ConfigError(f"{path}.image", self.image, "allowed: an image with a pinned tag or digest (not latest)")
         for i, arg in enumerate(self.extra_args):
             flag = _platform_flag(arg)

@@ -442,3 +442,13 @@ def test_make_validate_passes_for_each_stack_against_its_own_trainer(need_schema
     manifests = write_render(run_stack(stack), tmp_path)
     assert v.main([str(manifests)]) == 0, capsys.readouterr().out
     assert f"Trainer {version} (from the kubeflow-trainer chart" in capsys.readouterr().out
+
+
+def test_ci_crd_fetch_list_matches_the_schema_layout(need_schemas):
+    """tools.fetch_crds (for CI runners without ../shared) fetches exactly the files validate reads."""
+    from tools import fetch_crds
+
+    wanted = set(fetch_crds.sources())
+    present = {str(p.relative_to(v.schemas_dir())) for p in v.schemas_dir().rglob("*.yaml")}
+    assert wanted == present
+    assert all(url.startswith("https://raw.githubusercontent.com/") and "/main/" not in url for url in fetch_crds.sources().values())

@@ -206,6 +206,13 @@ class PlanMocks(pmocks.Mocks):
             state["nodeGroup"] = _ChildResource(
                 "aws:eks/nodeGroup:NodeGroup", f"{name}-nodeGroup", ng_name, {"nodeGroupName": ng_name, "arn": f"{arn}:eks:{self.region}:{ACCOUNT}:nodegroup/{ng_name}"}
             )
+        if typ == "aws:ecr/repository:Repository":
+            state.update(repositoryUrl=f"{ACCOUNT}.dkr.ecr.{self.region}.{self._dns_suffix()}/{state['name']}", registryId=ACCOUNT, arn=f"{arn}:ecr:{self.region}:{ACCOUNT}:repository/{state['name']}")
+        if typ == "docker-build:index:Image":  # a pushed build: its digest follows what was built (tags carry the content hash)
+            built = json.dumps({k: inputs.get(k) for k in ("tags", "buildArgs", "context", "dockerfile", "platforms")}, sort_keys=True, default=str)
+            state["digest"] = "sha256:" + hashlib.sha256(built.encode()).hexdigest()
+            tags = inputs.get("tags") or []
+            state["ref"] = f"{tags[0]}@{state['digest']}" if tags else ""  # like the provider: the first tag, with the digest
         if typ == "kubernetes:helm.sh/v3:Release":
             state.setdefault("status", {"name": inputs.get("name", name), "namespace": inputs.get("namespace"), "status": "deployed"})
         return rid, state

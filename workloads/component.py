@@ -13,7 +13,19 @@ from workloads import trainjob as tj
 
 
 class TrainJobs(pulumi.ComponentResource):
-    def __init__(self, name: str, *, settings: Settings, trainer: Trainer, storage: CheckpointStorage, capacity: list[pulumi.Resource], provider: k8s.Provider, opts: pulumi.ResourceOptions | None = None):
+    def __init__(
+        self,
+        name: str,
+        *,
+        settings: Settings,
+        trainer: Trainer,
+        storage: CheckpointStorage,
+        capacity: list[pulumi.Resource],
+        provider: k8s.Provider,
+        image: pulumi.Input[str] | None = None,
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        """``image``: the image the stack built (``<repo>@<digest>``), for jobs that set none."""
         super().__init__("training-platform:workloads:TrainJobs", name, None, opts)
         ns_name = settings.trainjobs.namespace
 
@@ -30,8 +42,8 @@ class TrainJobs(pulumi.ComponentResource):
         self.jobs = {}
         for kind, job in settings.trainjobs.jobs().items():
             workload = tj.WORKLOADS[kind]
-            manifest = tj.trainjob(workload, job, settings, code_configmap=tj.code_configmap_name(files), runtime_name=trainer.runtime_names[tj.TORCH_RUNTIME])
-            # TrainJob specs are (mostly) immutable: any change replaces the job, deleting the
+            manifest = tj.trainjob(workload, job, settings, code_configmap=tj.code_configmap_name(files), image=job.image or image, runtime_name=trainer.runtime_names[tj.TORCH_RUNTIME])
+            # TrainJob specs are (mostly) immutable: any change (a new image digest too) replaces the job, deleting the
             # old one first. Depending on the runtime and the node pools makes destroy remove
             # the job (and its pods) before either.
             self.jobs[kind] = apply_manifest(manifest, o(runtime, code, pvc, *capacity, replace_on_changes=["spec"], delete_before_replace=True))

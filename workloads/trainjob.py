@@ -151,9 +151,14 @@ def resources_per_node(job: DdpJobSettings | FsdpJobSettings, settings: Settings
     return {"requests": {"cpu": str(cpu), "memory": f"{memory}Gi"}, "limits": {**limits, "memory": f"{memory}Gi"}}
 
 
-def trainjob(workload: Workload, job: DdpJobSettings | FsdpJobSettings, settings: Settings, *, code_configmap: str, runtime_name: str | None = None) -> dict:
+def trainjob(workload: Workload, job: DdpJobSettings | FsdpJobSettings, settings: Settings, *, code_configmap: str, image: Any = None, runtime_name: str | None = None) -> dict:
     """The TrainJob of a workload on the torch runtime (``runtime_name``: its current content-hashed
-    name; computed from the settings when not given)."""
+    name; computed from the settings when not given). ``image``: the trainer image (a string or
+    an Output, e.g. the stack's built image by digest); when not given, the job's own
+    ``image`` setting, which must then be set."""
+    image = image if image is not None else job.image
+    if image is None:
+        raise ValueError(f"TrainJob {workload.name}: no image (trainjobs.{workload.kind}.image is unset and no built image was passed)")
     ns = settings.trainjobs.namespace
     node_selector = {"node.kubernetes.io/instance-type": job.instance_type}
     zone = job.availability_zone
@@ -187,7 +192,7 @@ def trainjob(workload: Workload, job: DdpJobSettings | FsdpJobSettings, settings
         "spec": {
             "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime", "name": runtime_name or runtime_names(settings.trainer)[TORCH_RUNTIME]},
             "trainer": {
-                "image": job.image,
+                "image": image,
                 # launch.py keeps the workers' non-retryable exit codes visible to the failure policy
                 "command": ["python3", f"{CODE_MOUNT}/launch.py", "torchrun", f"{CODE_MOUNT}/{workload.program}"],
                 "args": program_args(workload, job),

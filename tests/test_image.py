@@ -1,0 +1,176 @@
+"""The training image: the Dockerfile's pins are versions.py's, the stack builds it into its own
+ECR repository, and TrainJobs run it by digest."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+import shutil
+
+import pytest
+
+import versions
+from infra import registry
+from infra.names import ECR_REPOSITORY
+from k8s.runtimes import EFA_ENV
+from tests.conftest import PROJECT, dev_config, find, run_config, run_stack
+
+DOCKERFILE = PROJECT / "workloads" / "Dockerfile"
+ECR_PATTERN = re.compile(r"(?:[a-z0-9]+(?:[._-][a-z0-9]+)*/)*[a-z0-9]+(?:[._-][a-z0-9]+)*")
+REPO = "aws:ecr/repository:Repository"
+POLICY = "aws:ecr/lifecyclePolicy:LifecyclePolicy"
+BUILD = "docker-build:index:Image"
+
+
+def instructions() -> list[tuple[str, str]]:
+    return registry._instructions(DOCKERFILE.read_text())
+
+
+def arg_defaults() -> dict[str, str]:
+    out = {}
+    for word, rest in instructions():
+        if word == "ARG" and "=" in rest:
+            key, _, value = rest.partition("=")
+            out[key] = value
+    return out
+
+
+# --- the Dockerfile --------------------------------------------------------------------------
+
+
+def test_dockerfile_build_args_default_to_versions_py():
+    defaults = arg_defaults()
+    for key, value in versions.WORKLOAD_BUILD_ARGS.items():
+        assert defaults.get(key) == value, f"ARG {key} defaults to {defaults.get(key)!r}, versions.py says {value!r}"
+    assert instructions()[1] == ("FROM", "${BASE_IMAGE}"), "the base image comes from the BASE_IMAGE build arg"
+
+
+def test_dockerfile_installs_efa_and_checks_the_pinned_plugin_and_libfabric():
+    runs = " ".join(rest for word, rest in instructions() if word == "RUN")
+    assert "https://efa-installer.amazonaws.com/aws-efa-installer-${EFA_INSTALLER_VERSION}.tar.gz" in runs
+    assert "./efa_installer.sh -y --skip-kmod --skip-limit-conf --no-verify" in runs
+    assert "libnccl-ofi" in runs and "${AWS_OFI_NCCL_VERSION}" in runs, "the build checks the installed aws-ofi-nccl version"
+    assert "fi_info --version" in runs and "${LIBFABRIC_VERSION}" in runs, "the build checks the installed libfabric version"
+    env = " ".join(rest for word, rest in instructions() if word == "ENV")
+    assert "/opt/amazon/ofi-nccl/lib" in env and "/opt/amazon/efa/lib" in env
+
+
+def test_efa_environment_is_set_per_job_not_in_the_image():
+    env = " ".join(rest for word, rest in instructions() if word == "ENV")
+    assert "FI_PROVIDER" not in env, "FI_PROVIDER=efa in the image breaks jobs on nodes without EFA"
+    assert {"name": "FI_PROVIDER", "value": "efa"} in EFA_ENV and {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"} in EFA_ENV
+
+
+def test_dockerfile_provides_the_non_root_user_but_does_not_switch_before_volumes_are_prepared():
+    """Until the platform prepares checkpoint-volume ownership, a non-root image could not write
+    checkpoints on a new FSx/EFS volume (root-owned, no fsGroup, all capabilities dropped)."""
+    run = " ".join(rest for word, rest in instructions() if word == "RUN")
+    assert 'useradd --uid "${TRAINING_UID}"' in run
+    assert not [rest for word, rest in instructions() if word == "USER"]
+
+
+def test_python_dependencies_are_pinned():
+    lines = [ln.strip() for ln in (PROJECT / "workloads" / "requirements.txt").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    assert lines and all(re.fullmatch(r"[A-Za-z0-9_.\[\]-]+==[\w.]+", ln) for ln in lines), lines
+
+
+def test_make_image_passes_the_build_args():
+    make = (PROJECT / "Makefile").read_text()
+    target = make[make.index("\nimage:") :].split("\n\n")[0]
+    assert "WORKLOAD_BUILD_ARGS" in target and "--build-arg" in target
+
+
+# --- the content tag ------------------------------------------------------------------------
+
+
+def test_tag_follows_what_the_build_reads(tmp_path: pathlib.Path):
+    ctx = tmp_path / "workloads"
+    shutil.copytree(PROJECT / "workloads", ctx, ignore=shutil.ignore_patterns("__pycache__"))
+    files = registry.context_files(ctx)
+    assert set(files) == {"Dockerfile", "requirements.txt"}, "the build reads the Dockerfile and what it copies"
+    tag = registry.image_tag(ctx)
+    assert re.fullmatch(r"[0-9a-f]{20}", tag) and tag == registry.image_tag(ctx)
+    (ctx / "requirements.txt").write_text((ctx / "requirements.txt").read_text() + "numpy==2.0.0\n")
+    assert registry.image_tag(ctx) != tag, "a changed requirement pushes a new tag"
+    changed = registry.image_tag(ctx)
+    (ctx / "programs" / "ddp_mnist.py").write_text("# shipped in the code ConfigMap, not the image\n")
+    (ctx / "trainjob.py").write_text("# the Pulumi builders are not in the image\n")
+    assert registry.image_tag(ctx) == changed
+    assert registry.image_tag(ctx, {**versions.WORKLOAD_BUILD_ARGS, "EFA_INSTALLER_VERSION": "9.9.9"}) != changed, "a version bump pushes a new tag"
+
+
+def test_content_tag_is_a_pure_function_of_files_and_args():
+    a = registry.content_tag({"Dockerfile": b"FROM x\n"}, {"A": "1"})
+    assert a == registry.content_tag({"Dockerfile": b"FROM x\n"}, {"A": "1"})
+    assert a != registry.content_tag({"Dockerfile": b"FROM y\n"}, {"A": "1"})
+    assert a != registry.content_tag({"Dockerfile": b"FROM x\n"}, {"A": "2"})
+    assert a != registry.content_tag({"Dockerfile": b"FROM x\n", "b.txt": b""}, {"A": "1"})
+
+
+def test_copied_sources_reads_copy_and_add_but_not_other_stages():
+    text = 'FROM a AS b\nCOPY --chown=1:1 x.txt y/ /dst/\nADD ["z.txt", "/z"]\nCOPY --from=b /opt /opt\nRUN echo COPY nope\n'
+    assert registry.copied_sources(text) == ["x.txt", "y/", "z.txt"]
+
+
+@pytest.mark.parametrize("cluster", ["training-dev", "Train_Me", "a--b", "x" * 100, "A"])
+def test_repository_names_fit_ecr(cluster):
+    name = registry.repository_name(cluster)
+    assert ECR_REPOSITORY.fits(name) and ECR_PATTERN.fullmatch(name), name
+    assert len(name) >= 2
+
+
+def test_repository_names_stay_distinct():
+    names = {registry.repository_name(c) for c in ("train", "Train", "TRAIN", "tr_ain", "tr-ain")}
+    assert len(names) == 5
+
+
+# --- the rendered stack -----------------------------------------------------------------------
+
+
+def test_dev_builds_the_image_into_its_own_repository_and_jobs_use_the_digest():
+    run = run_stack("dev")
+    repo = run.one(REPO)
+    assert repo.inputs["imageTagMutability"] == "IMMUTABLE"
+    assert repo.inputs["imageScanningConfiguration"] == {"scanOnPush": True}
+    assert repo.inputs["encryptionConfigurations"][0]["encryptionType"] in ("AES256", "KMS")
+    policy = json.loads(run.one(POLICY).inputs["policy"])
+    assert {r["selection"]["tagStatus"] for r in policy["rules"]} == {"untagged", "any"}
+    build = run.one(BUILD)
+    assert build.inputs["context"] == {"location": "workloads"} and build.inputs["push"] is True
+    assert build.inputs["platforms"] == ["linux/amd64"]
+    assert build.inputs["buildArgs"] == versions.WORKLOAD_BUILD_ARGS
+    url = repo.state["repositoryUrl"]
+    assert url == f"123456789012.dkr.ecr.us-west-2.amazonaws.com/{repo.inputs['name']}"
+    assert build.inputs["tags"] == [f"{url}:{registry.image_tag()}"]
+    assert build.inputs["registries"][0]["address"] == url.split("/")[0]
+    digest = build.state["digest"]
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", digest)
+    for job in ("ddp-mnist", "fsdp-t5"):
+        assert find(run, "TrainJob", job)["spec"]["trainer"]["image"] == f"{url}@{digest}"
+    assert run.outputs["trainingImage"] == f"{url}@{digest}"
+
+
+def test_china_regions_get_the_cn_registry_domain():
+    cfg = dev_config(**{"aws:region": "cn-north-1"})  # the same config test_aws_facts renders there
+    cfg["training-platform:cluster"]["adminPrincipalArns"] = ["arn:aws-cn:iam::123456789012:role/PlatformAdmin"]
+    run = run_config(cfg)
+    repo = run.one(REPO)
+    assert repo.state["repositoryUrl"] == f"123456789012.dkr.ecr.cn-north-1.amazonaws.com.cn/{repo.inputs['name']}"
+    assert repo.state["arn"].startswith("arn:aws-cn:ecr:cn-north-1:")
+
+
+def test_jobs_with_their_own_images_build_nothing():
+    mine = "registry.example.com/team/train:1.2.3"
+    run = run_config(dev_config(trainjobs={"ddp": {"image": mine}, "fsdp": {"image": mine}}))
+    assert not run.by_type(REPO) and not run.by_type(POLICY) and not run.by_type(BUILD)
+    assert find(run, "TrainJob", "ddp-mnist")["spec"]["trainer"]["image"] == mine
+    assert "trainingImage" not in run.outputs
+
+
+def test_a_job_without_an_image_still_gets_the_built_one():
+    mine = "registry.example.com/team/train:1.2.3"
+    run = run_config(dev_config(trainjobs={"ddp": {"image": mine}}))
+    build = run.one(BUILD)
+    assert find(run, "TrainJob", "ddp-mnist")["spec"]["trainer"]["image"] == mine
+    assert find(run, "TrainJob", "fsdp-t5")["spec"]["trainer"]["image"].endswith("@" + build.state["digest"])
