@@ -2,18 +2,26 @@
 
 The stack is rendered with the mock runtime; the TrainJob, its ClusterTrainingRuntime and its
 code ConfigMap are read from the rendered manifests. Each node is one process group started
-with the environment the Trainer injects (``PET_NNODES``, ``PET_NPROC_PER_NODE``,
-``PET_NODE_RANK``, ``PET_MASTER_ADDR``, ``PET_MASTER_PORT``) and the container command and
-arguments exactly as rendered; mount paths are mapped to local directories (the ConfigMap's
-files for the code volume, a persistent directory for the checkpoint claim). CPU and gloo, one
-process per node, with the tiny profile appended to the arguments.
+with the environment the Trainer injects (``PET_NNODES``, ``PET_NPROC_PER_NODE`` from the
+TrainJob's ``trainer.numProcPerNode``, ``PET_NODE_RANK``, ``PET_MASTER_ADDR``,
+``PET_MASTER_PORT``) and the container command and arguments exactly as rendered; mount paths
+are mapped to local directories (the ConfigMap's files for the code volume, a persistent
+directory for the checkpoint claim). CPU and gloo, with the tiny profile appended to the
+arguments. Replicated jobs that ``node`` ``dependsOn`` (initializers) run to completion first.
 
-Like the JobSet failure policy of the runtime, a failed node fails the attempt: every node is
-stopped and all are started again, up to ``maxRestarts``; exit codes the runtime declares
-non-retryable fail the job at once. ``--fail-node N --fail-at-step K`` SIGKILLs node N's
-processes once: the node's environment carries ``TRAINING_FAULT_AT_STEP=K`` on the first attempt, and
-the training library kills the node's process group right after step K (exactly there, however
-fast the steps run).
+Failures are handled as Kubernetes and JobSet would, from the rendered runtime: a failed pod
+is matched against the Job's ``podFailurePolicy`` (a ``FailJob`` rule fails the Job with reason
+``PodFailurePolicy`` and Kubernetes' message, e.g. ``Container node for pod training/x failed
+with exit code 3 matching FailJob rule at index 0``; otherwise ``backoffLimit: 0`` fails it
+with ``BackoffLimitExceeded``), and the failed Job against the JobSet ``failurePolicy`` rules
+(``onJobFailureReasons``, ``onJobFailureMessagePatterns`` as regular expressions,
+``targetReplicatedJobs``): ``FailJobSet`` ends the job as Failed at once, ``RestartJobSet`` (also
+the default) restarts every node up to ``maxRestarts``, ``RestartJobSetAndIgnoreMaxRestarts``
+restarts without counting. ``--fail-node N --fail-at-step K`` SIGKILLs node N's processes once:
+the node's environment carries ``TRAINING_FAULT_AT_STEP=K`` on the first attempt, and the
+training library kills the node's process group right after step K (exactly there, however
+fast the steps run). Temporary directories (the default work directory, each pod's ``TMPDIR``)
+are removed at the end.
 
 Usage: python -m tools.emulate --stack dev --job ddp [--fail-node 1 --fail-at-step 5]
 """
@@ -21,6 +29,7 @@ Usage: python -m tools.emulate --stack dev --job ddp [--fail-node 1 --fail-at-st
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -32,11 +41,11 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from infra.stack_config import StackFileError
 from k8s import trainer_api
-from k8s.runtimes import NON_RETRYABLE_EXIT_CODES
 from tools.mock_runtime import ProgramError, run_program
 from tools.render import PROJECT_DIR, manifests
 from workloads.trainjob import JOB_LABEL, TINY_PROFILE
@@ -45,9 +54,31 @@ FAULT_ENV = "TRAINING_FAULT_AT_STEP"  # read by workloads/programs/trainlib.py
 
 EVENT = re.compile(r"^TRAINING_EVENT (\{.*\})$")
 
+# Kubernetes' Job failure reasons and messages (pkg/controller/job), JobSet's (pkg/constants).
+POD_FAILURE_POLICY = "PodFailurePolicy"
+BACKOFF_LIMIT_EXCEEDED = ("BackoffLimitExceeded", "Job has reached the specified backoff limit")
+DEADLINE_EXCEEDED = ("DeadlineExceeded", "Job was active longer than specified deadline")
+FAIL_JOBSET = ("FailJobSetFailurePolicyAction", "applying FailJobSet failure policy action")
+REACHED_MAX_RESTARTS = ("ReachedMaxRestarts", "jobset failed due to reaching max number of restarts")
+FAILED_JOBS = ("FailedJobs", "jobset failed due to one or more job failures")
+POD_FAILURE_ACTIONS = ("FailJob", "Count")  # Ignore and FailIndex would need per-pod retries
+JOBSET_ACTIONS = ("FailJobSet", "RestartJobSet", "RestartJobSetAndIgnoreMaxRestarts")
+
 
 class EmulationError(Exception):
     pass
+
+
+@dataclass
+class InitJob:
+    """A replicated job that ``node`` depends on (``dependsOn: [{name, status: Complete}]``)."""
+
+    name: str
+    replicas: int
+    command: list[str]
+    env: dict[str, str]
+    container: str
+    pod_failure_policy: dict
 
 
 @dataclass
@@ -59,12 +90,32 @@ class Job:
     env: dict[str, str]
     max_restarts: int
     mounts: dict[str, str]  # container path -> local path
+    nproc_per_node: int = 1
+    namespace: str = "default"
+    pod_failure_policy: dict = field(default_factory=dict)  # the node Job's
+    failure_policy: dict | None = None  # the JobSet's (None: any failed Job fails the JobSet)
+    last_step: int | None = None  # the tiny profile's --max-steps
+    init_jobs: list[InitJob] = field(default_factory=list)
+
+    @property
+    def world_size(self) -> int:
+        return self.num_nodes * self.nproc_per_node
+
+
+@dataclass
+class PodExit:
+    pod: str
+    exit_code: int
+    conditions: list[dict] = field(default_factory=list)  # pod status conditions ({type, status})
 
 
 @dataclass
 class Attempt:
     events: list[dict] = field(default_factory=list)
     exit_codes: dict[int, int] = field(default_factory=dict)
+    failed: list[PodExit] = field(default_factory=list)  # pods that failed on their own (not stopped by us)
+    failed_job: str = trainer_api.TRAINER_JOB  # the replicated job whose Job failed
+    timed_out: bool = False
 
 
 def _free_port() -> int:
@@ -73,13 +124,72 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def sized_profile(profile: list[str], world_size: int) -> list[str]:
+    """The tiny profile with enough synthetic samples that every rank reaches ``--max-steps`` in
+    one epoch, whatever the world size (each rank takes batch-size samples per step)."""
+    out = list(profile)
+    steps, batch = max_steps(out), _last_int(out, "--batch-size")
+    if steps and batch and "--synthetic-samples" in out:
+        i = len(out) - 1 - out[::-1].index("--synthetic-samples")
+        out[i + 1] = str(max(int(out[i + 1]), steps * batch * world_size))
+    return out
+
+
+def _last_int(args: list[str], flag: str) -> int | None:
+    value = None
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            value = int(args[i + 1])
+    return value
+
+
+def max_steps(args: list[str]) -> int | None:
+    """The last ``--max-steps`` value of an argument list (argparse: the last one wins)."""
+    value = None
+    for i, a in enumerate(args):
+        if a == "--max-steps" and i + 1 < len(args):
+            value = int(args[i + 1])
+        elif a.startswith("--max-steps="):
+            value = int(a.split("=", 1)[1])
+    return value or None
+
+
+def _nproc_per_node(trainer: dict, runtime: dict) -> int:
+    """``trainer.numProcPerNode`` of the TrainJob, else the runtime's ``mlPolicy.torch`` one;
+    ``auto``/``gpu`` count the GPUs the node requests (one process per GPU, as on a node)."""
+    value = trainer.get("numProcPerNode", runtime.get("mlPolicy", {}).get("torch", {}).get("numProcPerNode", 1))
+    if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
+        n = int(value)
+    elif value in ("auto", "gpu"):
+        res = trainer.get("resourcesPerNode", {})
+        n = int(res.get("limits", {}).get("nvidia.com/gpu", res.get("requests", {}).get("nvidia.com/gpu", 1)))
+    else:
+        raise EmulationError(f"numProcPerNode {value!r} is not emulated")
+    if n < 1:
+        raise EmulationError(f"numProcPerNode {value!r} gives no process")
+    return n
+
+
+def _check_policies(job_name: str, pfp: dict, fp: dict | None) -> None:
+    for i, rule in enumerate(pfp.get("rules", [])):
+        if rule.get("action") not in POD_FAILURE_ACTIONS:
+            raise EmulationError(f"{job_name}: podFailurePolicy rule {i} action {rule.get('action')!r} is not emulated (only {', '.join(POD_FAILURE_ACTIONS)})")
+    for i, rule in enumerate((fp or {}).get("rules", [])):
+        if rule.get("action") not in JOBSET_ACTIONS:
+            raise EmulationError(f"failurePolicy rule {rule.get('name', i)!r} action {rule.get('action')!r} is not emulated")
+
+
 def load_job(stack: str, kind: str, work_dir: str, stack_config: dict | None = None) -> Job:
     """Render the stack and turn the TrainJob for ``kind`` into a local Job."""
     try:
         run = run_program(PROJECT_DIR, stack, stack_config=stack_config)
     except (ProgramError, StackFileError, FileNotFoundError) as err:
         raise EmulationError(str(err)) from None
-    objs = list(manifests(run).values())
+    return job_from_objects(list(manifests(run).values()), stack, kind, work_dir)
+
+
+def job_from_objects(objs: list[dict], stack: str, kind: str, work_dir: str) -> Job:
+    """The local Job of the TrainJob for ``kind`` among rendered objects."""
     jobs = [o for o in objs if o["kind"] == "TrainJob" and o["metadata"].get("labels", {}).get(JOB_LABEL) == kind]
     if not jobs:
         raise EmulationError(f"stack {stack} renders no TrainJob for job {kind!r} (enable trainjobs.{kind}.enabled)")
@@ -90,9 +200,14 @@ def load_job(stack: str, kind: str, work_dir: str, stack_config: dict | None = N
     if not runtimes:
         raise EmulationError(f"TrainJob {tj['metadata']['name']} references runtime {runtime_name}, which the stack does not render")
     runtime = runtimes[0]["spec"]
-    max_restarts = runtime["template"]["spec"].get("failurePolicy", {}).get("maxRestarts", 0)
-    node_job = next(j for j in runtime["template"]["spec"]["replicatedJobs"] if j["name"] == trainer_api.TRAINER_JOB)
+    jobset_spec = runtime["template"]["spec"]
+    failure_policy = jobset_spec.get("failurePolicy")
+    max_restarts = (failure_policy or {}).get("maxRestarts", 0)
+    replicated = {j["name"]: j for j in jobset_spec["replicatedJobs"]}
+    node_job = replicated[trainer_api.TRAINER_JOB]
     node_container = next(c for c in node_job["template"]["spec"]["template"]["spec"]["containers"] if c["name"] == trainer_api.TRAINER_JOB)
+    pod_failure_policy = node_job["template"]["spec"].get("podFailurePolicy", {})
+    _check_policies(trainer_api.TRAINER_JOB, pod_failure_policy, failure_policy)
 
     pod = trainer_api.read_pod_customization(spec)
     volumes = {v["name"]: v for v in pod.get("volumes", [])}
@@ -124,55 +239,126 @@ def load_job(stack: str, kind: str, work_dir: str, stack_config: dict | None = N
                 return mounts[path] + value[len(path) :]
         return value
 
+    def local_command(command: list[str]) -> list[str]:
+        command = [local_path(a) for a in command]
+        if command and command[0] in ("python", "python3"):
+            command = [sys.executable] + command[1:]  # the image's interpreter is this one
+        return command
+
+    init_jobs = []
+    for dep in node_job.get("dependsOn", []):
+        if dep["name"] not in replicated:
+            raise EmulationError(f"replicated job node dependsOn {dep['name']!r}, which the runtime does not have")
+        if dep.get("status", "Complete") != "Complete":
+            raise EmulationError(f"dependsOn {dep['name']} status {dep.get('status')!r} is not emulated (only Complete)")
+        rj = replicated[dep["name"]]
+        c = rj["template"]["spec"]["template"]["spec"]["containers"][0]
+        pfp = rj["template"]["spec"].get("podFailurePolicy", {})
+        _check_policies(rj["name"], pfp, None)
+        init_jobs.append(InitJob(
+            name=rj["name"], replicas=int(rj.get("replicas", 1)), command=local_command(c.get("command", []) + c.get("args", [])),
+            env={e["name"]: local_path(e.get("value", "")) for e in c.get("env", [])}, container=c["name"], pod_failure_policy=pfp,
+        ))
+
     trainer = spec["trainer"]
-    command = [local_path(a) for a in trainer.get("command", node_container.get("command", []))]
+    num_nodes = int(trainer.get("numNodes", runtime.get("mlPolicy", {}).get("numNodes", 1)))
+    nproc = _nproc_per_node(trainer, runtime)
+    command = local_command(trainer.get("command", node_container.get("command", [])))
     args = [local_path(a) for a in trainer.get("args", node_container.get("args", []))]
-    if command and command[0] in ("python", "python3"):
-        command = [sys.executable] + command[1:]  # the image's interpreter is this one
     env = {e["name"]: local_path(e.get("value", "")) for e in node_container.get("env", []) + trainer.get("env", [])}
     return Job(
-        name=tj["metadata"]["name"], kind=kind, num_nodes=int(trainer.get("numNodes", 1)), command=command + args + TINY_PROFILE[kind],
-        env=env, max_restarts=int(max_restarts), mounts=mounts,
+        name=tj["metadata"]["name"], kind=kind, num_nodes=num_nodes,
+        command=command + args + sized_profile(TINY_PROFILE[kind], num_nodes * nproc), env=env, max_restarts=int(max_restarts), mounts=mounts,
+        nproc_per_node=nproc, namespace=tj["metadata"].get("namespace", "default"),
+        pod_failure_policy=pod_failure_policy, failure_policy=failure_policy, last_step=max_steps(TINY_PROFILE[kind]), init_jobs=init_jobs,
     )
 
 
-def _node_env(job: Job, node: int, port: int, fault_step: int | None) -> dict[str, str]:
+# --- failure policies --------------------------------------------------------------------------
+
+
+def _rule_matches_pod(rule: dict, container: str, pod: PodExit) -> str | None:
+    """Kubernetes' message when a podFailurePolicy rule matches the failed pod, else None."""
+    on_codes = rule.get("onExitCodes")
+    if on_codes is not None:
+        if on_codes.get("containerName") not in (None, container) or pod.exit_code == 0:
+            return None
+        inside = pod.exit_code in on_codes.get("values", [])
+        if inside == (on_codes.get("operator", "In") == "In"):
+            return f"Container {container} for pod {{pod}} failed with exit code {pod.exit_code} matching {rule['action']} rule at index {{index}}"
+        return None
+    for cond in rule.get("onPodConditions", []):
+        if any(c.get("type") == cond["type"] and c.get("status", "True") == cond.get("status", "True") for c in pod.conditions):
+            return f"Pod {{pod}} has condition {cond['type']} matching {rule['action']} rule at index {{index}}"
+    return None
+
+
+def job_failure(pod_failure_policy: dict, container: str, namespace: str, failed: list[PodExit]) -> tuple[str, str]:
+    """(reason, message) of a Job with ``backoffLimit: 0`` whose pods ``failed``, as the Job
+    controller sets them: the first rule that matches a pod decides; FailJob fails the Job with
+    reason PodFailurePolicy, Count (or no rule) counts the failure, which exceeds the backoff limit."""
+    for pod in failed:
+        for index, rule in enumerate(pod_failure_policy.get("rules", [])):
+            message = _rule_matches_pod(rule, container, pod)
+            if message is None:
+                continue
+            if rule["action"] == "FailJob":
+                return POD_FAILURE_POLICY, message.format(pod=f"{namespace}/{pod.pod}", index=index)
+            break  # Count: an ordinary failure
+    return BACKOFF_LIMIT_EXCEEDED
+
+
+def jobset_rule(failure_policy: dict | None, replicated_job: str, reason: str, message: str) -> dict | None:
+    """The first JobSet failurePolicy rule that applies to a failed Job, else None."""
+    for rule in (failure_policy or {}).get("rules", []):
+        if rule.get("onJobFailureReasons") and reason not in rule["onJobFailureReasons"]:
+            continue
+        patterns = rule.get("onJobFailureMessagePatterns")
+        if patterns and not any(re.search(p, message) for p in patterns):
+            continue
+        if rule.get("targetReplicatedJobs") and replicated_job not in rule["targetReplicatedJobs"]:
+            continue
+        return rule
+    return None
+
+
+# --- processes ---------------------------------------------------------------------------------
+
+
+def _pod_env(job: Job, extra: dict[str, str], tmp: str, fault_step: int | None) -> dict[str, str]:
     env = dict(os.environ)
     env.pop(FAULT_ENV, None)
-    env.update(job.env)
+    env.update(extra)
     if fault_step is not None:
         env[FAULT_ENV] = str(fault_step)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")  # torchrun of this environment
+    os.makedirs(tmp, exist_ok=True)
+    env.update(TMPDIR=tmp, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    return env
+
+
+def _node_env(job: Job, node: int, port: int, fault_step: int | None, tmp: str) -> dict[str, str]:
+    env = _pod_env(job, job.env, tmp, fault_step)
     env.update(
-        PET_NNODES=str(job.num_nodes), PET_NPROC_PER_NODE="1", PET_NODE_RANK=str(node), PET_MASTER_ADDR="127.0.0.1", PET_MASTER_PORT=str(port),
-        CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
+        PET_NNODES=str(job.num_nodes), PET_NPROC_PER_NODE=str(job.nproc_per_node), PET_NODE_RANK=str(node),
+        PET_MASTER_ADDR="127.0.0.1", PET_MASTER_PORT=str(port),
     )
     return env
 
 
-def run_attempt(job: Job, attempt_no: int, fail: dict | None, timeout_s: float, quiet: bool) -> Attempt:
-    """Start every node, watch rank 0's events, inject the failure, stop all on the first failure."""
-    port = _free_port()
-    inject = fail if fail is not None and not fail.get("done") else None  # the failure this attempt injects
-    if inject is not None:
-        inject["done"] = True  # once: later attempts run clean
-        print(f"emulate: node {inject['node']} will be SIGKILLed at step {inject['step']}", flush=True)
+def _container_exit_code(returncode: int) -> int:
+    return returncode if returncode >= 0 else 128 - returncode  # killed by signal N: 128 + N
 
-    def fault_step(n: int) -> int | None:
-        return inject["step"] if inject is not None and n == inject["node"] else None
 
-    procs = [
-        subprocess.Popen(job.command, env=_node_env(job, n, port, fault_step(n)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        for n in range(job.num_nodes)
-    ]
+def _run_pods(commands: list[tuple[list[str], dict[str, str]]], pod_names: list[str], label: str, timeout_s: float, quiet: bool) -> Attempt:
+    """Start every pod, stop them all on the first failure (a distributed job needs every one)."""
     result = Attempt()
     lock = threading.Lock()
+    procs: list[subprocess.Popen] = []
 
-    def kill(n: int) -> None:
-        try:
-            os.killpg(procs[n].pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    def kill(p: subprocess.Popen) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
 
     def pump(n: int) -> None:
         stdout = procs[n].stdout
@@ -185,67 +371,143 @@ def run_attempt(job: Job, attempt_no: int, fail: dict | None, timeout_s: float, 
                 with lock:
                     result.events.append(ev)
             if not quiet and not line.startswith(("W1", "I1", "[W")):
-                print(f"[attempt {attempt_no} node {n}] {line}", flush=True)
+                print(f"[{label} {n}] {line}", flush=True)
 
-    readers = [threading.Thread(target=pump, args=(n,), daemon=True) for n in range(job.num_nodes)]
-    for t in readers:
-        t.start()
-    deadline = time.monotonic() + timeout_s
-    while True:
-        codes = {n: p.poll() for n, p in enumerate(procs)}
-        failed = [n for n, c in codes.items() if c not in (None, 0)]
-        if failed or all(c == 0 for c in codes.values()):
-            break
-        if time.monotonic() > deadline:
-            print(f"emulate: attempt {attempt_no} timed out after {timeout_s:.0f}s", flush=True)
-            failed = list(range(job.num_nodes))
-            break
-        time.sleep(0.1)
-    if failed:  # like the JobSet: one failed node fails the attempt; the others are stopped
-        for n in range(job.num_nodes):
-            if procs[n].poll() is None:
-                kill(n)
-    for n, p in enumerate(procs):
-        p.wait()
-        result.exit_codes[n] = p.returncode
-    for t in readers:
-        t.join(timeout=5)
+    readers: list[threading.Thread] = []
+    try:
+        for command, env in commands:
+            procs.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True))
+        readers = [threading.Thread(target=pump, args=(n,), daemon=True) for n in range(len(procs))]
+        for t in readers:
+            t.start()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            codes = {n: p.poll() for n, p in enumerate(procs)}
+            failed = {n: c for n, c in codes.items() if c not in (None, 0)}
+            if failed or all(c == 0 for c in codes.values()):
+                break
+            if time.monotonic() > deadline:
+                print(f"emulate: {label} timed out after {timeout_s:.0f}s", flush=True)
+                result.timed_out = True
+                break
+            time.sleep(0.1)
+        result.failed = [PodExit(pod_names[n], _container_exit_code(c)) for n, c in sorted(failed.items())]
+    finally:  # like the JobSet: one failed pod fails the attempt; the others are stopped (also on errors here)
+        for p in procs:
+            if p.poll() is None:
+                kill(p)
+        for n, p in enumerate(procs):
+            p.wait()
+            result.exit_codes[n] = _container_exit_code(p.returncode)
+        for t in readers:
+            t.join(timeout=5)
+        for p in procs:
+            if p.stdout is not None:
+                p.stdout.close()
     return result
 
 
-def emulate(job: Job, *, fail_node: int | None, fail_at_step: int | None, timeout_s: float = 900, quiet: bool = False) -> dict:
+def run_attempt(job: Job, attempt_no: int, fail: dict | None, timeout_s: float, quiet: bool, tmp_root: str) -> Attempt:
+    """Run the initializers, then every node; watch rank 0's events and inject the failure."""
+    tmp = os.path.join(tmp_root, f"attempt-{attempt_no}")
+    for init in job.init_jobs:
+        names = [f"{job.name}-{init.name}-0-{i}" for i in range(init.replicas)]
+        cmds = [(init.command, _pod_env(job, init.env, os.path.join(tmp, init.name, str(i)), None)) for i in range(init.replicas)]
+        result = _run_pods(cmds, names, f"attempt {attempt_no} {init.name}", timeout_s, quiet)
+        if result.failed or result.timed_out:
+            result.failed_job = init.name
+            return result
+    port = _free_port()
+    inject = fail if fail is not None and not fail.get("done") else None  # the failure this attempt injects
+    if inject is not None:
+        inject["done"] = True  # once: later attempts run clean
+        print(f"emulate: node {inject['node']} will be SIGKILLed at step {inject['step']}", flush=True)
+
+    def fault_step(n: int) -> int | None:
+        return inject["step"] if inject is not None and n == inject["node"] else None
+
+    names = [f"{job.name}-{trainer_api.TRAINER_JOB}-0-{n}" for n in range(job.num_nodes)]
+    cmds = [(job.command, _node_env(job, n, port, fault_step(n), os.path.join(tmp, f"node-{n}"))) for n in range(job.num_nodes)]
+    return _run_pods(cmds, names, f"attempt {attempt_no} node", timeout_s, quiet)
+
+
+@contextlib.contextmanager
+def _temp_root(prefix: str) -> Iterator[str]:
+    path = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def check_fault(job: Job, fail_node: int | None, fail_at_step: int | None) -> None:
     if fail_node is not None and not 0 <= fail_node < job.num_nodes:
         raise EmulationError(f"--fail-node {fail_node} is not a node of the job (0..{job.num_nodes - 1})")
+    if fail_at_step is not None:
+        check_fail_step(fail_at_step, job.last_step)
+
+
+def check_fail_step(step: int, last_step: int | None) -> None:
+    if step < 1:
+        raise EmulationError(f"--fail-at-step {step}: steps start at 1")
+    if last_step is not None and step > last_step:
+        raise EmulationError(f"--fail-at-step {step} is beyond the last step of the run ({last_step}, the tiny profile's --max-steps)")
+
+
+def emulate(job: Job, *, fail_node: int | None, fail_at_step: int | None, timeout_s: float = 900, quiet: bool = False) -> dict:
+    check_fault(job, fail_node, fail_at_step)
     fail = {"node": fail_node, "step": fail_at_step} if fail_node is not None and fail_at_step is not None else None
-    restarts = 0
-    while True:
-        attempt = run_attempt(job, restarts, fail, timeout_s, quiet)
-        codes = attempt.exit_codes
-        if all(c == 0 for c in codes.values()):
-            status = "Complete"
-            break
-        # torchrun reports a worker's exit code as its own; a non-retryable code fails the job
-        if any(c in NON_RETRYABLE_EXIT_CODES for c in codes.values()):
-            status = "Failed"
-            print(f"emulate: non-retryable exit codes {codes}: failing without restart", flush=True)
-            break
-        if restarts >= job.max_restarts:
-            status = "Failed"
-            print(f"emulate: exit codes {codes}; maxRestarts ({job.max_restarts}) reached", flush=True)
-            break
-        restarts += 1
-        print(f"emulate: exit codes {codes}; restarting all {job.num_nodes} nodes (restart {restarts}/{job.max_restarts})", flush=True)
+    restarts = counted = 0
+    reason = message = None
+    failed_job = ""
+    with _temp_root(f"emulate-{job.name}-") as tmp_root:
+        while True:
+            attempt = run_attempt(job, restarts, fail, timeout_s, quiet, tmp_root)
+            if not attempt.failed and not attempt.timed_out:
+                status = "Complete"
+                break
+            init = next((i for i in job.init_jobs if i.name == attempt.failed_job), None)
+            pfp, container = (init.pod_failure_policy, init.container) if init else (job.pod_failure_policy, trainer_api.TRAINER_JOB)
+            job_reason, job_message = DEADLINE_EXCEEDED if attempt.timed_out else job_failure(pfp, container, job.namespace, attempt.failed)
+            failed_job = f"{job.name}-{attempt.failed_job}-0"
+            codes = {p.pod: p.exit_code for p in attempt.failed}
+            print(f"emulate: Job {failed_job} failed ({job_reason}: {job_message}); exit codes {codes}", flush=True)
+            if job.failure_policy is None:
+                status, (reason, message) = "Failed", FAILED_JOBS
+                break
+            rule = jobset_rule(job.failure_policy, attempt.failed_job, job_reason, job_message)
+            action = rule["action"] if rule else "RestartJobSet"
+            named = f" (rule {rule.get('name')})" if rule else ""
+            if action == "FailJobSet":
+                status, (reason, message) = "Failed", FAIL_JOBSET
+                message += named
+                break
+            if action == "RestartJobSet":
+                if counted >= job.max_restarts:
+                    status, (reason, message) = "Failed", REACHED_MAX_RESTARTS
+                    message += f" ({job.max_restarts})"
+                    break
+                counted += 1
+            restarts += 1
+            print(f"emulate: {action}{named}: restarting all {job.num_nodes} nodes (restart {restarts}, {counted}/{job.max_restarts} counted)", flush=True)
+    if reason is not None:
+        message = f"{message} (first failed job: {failed_job})"
+        print(f"emulate: JobSet failed: {reason}: {message}", flush=True)
     final = next((e for e in reversed(attempt.events) if e.get("event") == "result"), {})
     return {
-        "job": job.name, "status": status, "nodes": job.num_nodes, "restarts": restarts,
+        "job": job.name, "status": status, "nodes": job.num_nodes, "world_size": job.world_size, "restarts": restarts,
         "resumed_from_step": final.get("resumed_from_step"), "final_step": final.get("final_step"), "final_loss": final.get("final_loss"),
-        "result": final,
+        "reason": reason, "message": message, "result": final,
     }
 
 
 def summary_line(r: dict) -> str:
     resumed = "none" if r["resumed_from_step"] is None else r["resumed_from_step"]
-    return f"emulate: job={r['job']} status={r['status']} nodes={r['nodes']} restarts={r['restarts']} resumed_from_step={resumed} final_step={r['final_step']} final_loss={r['final_loss']}"
+    line = (
+        f"emulate: job={r['job']} status={r['status']} nodes={r['nodes']} world_size={r['world_size']} restarts={r['restarts']} "
+        f"resumed_from_step={resumed} final_step={r['final_step']} final_loss={r['final_loss']}"
+    )
+    return line + (f" reason={r['reason']}" if r.get("reason") else "")
 
 
 def main(argv=None) -> int:
@@ -254,23 +516,28 @@ def main(argv=None) -> int:
     ap.add_argument("--job", choices=sorted(TINY_PROFILE), default="ddp")
     ap.add_argument("--fail-node", type=int)
     ap.add_argument("--fail-at-step", type=int)
-    ap.add_argument("--work-dir", help="local volumes (default: a fresh temporary directory)")
+    ap.add_argument("--work-dir", help="local volumes, kept (default: a temporary directory, removed at the end)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per attempt")
     ap.add_argument("--quiet", action="store_true", help="only events and the summary")
     args = ap.parse_args(argv)
     if (args.fail_node is None) != (args.fail_at_step is None):
         ap.error("--fail-node and --fail-at-step go together")
-    work = args.work_dir or tempfile.mkdtemp(prefix=f"emulate-{args.stack}-{args.job}-")
     try:
-        job = load_job(args.stack, args.job, work)
-        print(f"emulate: {job.name}: {job.num_nodes} nodes, maxRestarts={job.max_restarts}, volumes: " + ", ".join(f"{k} -> {v}" for k, v in job.mounts.items()), flush=True)
-        r = emulate(job, fail_node=args.fail_node, fail_at_step=args.fail_at_step, timeout_s=args.timeout, quiet=args.quiet)
+        if args.fail_at_step is not None:  # before rendering or starting anything
+            check_fail_step(args.fail_at_step, max_steps(TINY_PROFILE[args.job]))
+        with contextlib.ExitStack() as stack:
+            work = args.work_dir or stack.enter_context(_temp_root(f"emulate-{args.stack}-{args.job}-"))
+            job = load_job(args.stack, args.job, work)
+            print(
+                f"emulate: {job.name}: {job.num_nodes} nodes x {job.nproc_per_node} processes, maxRestarts={job.max_restarts}, volumes: "
+                + ", ".join(f"{k} -> {v}" for k, v in job.mounts.items()), flush=True,
+            )
+            r = emulate(job, fail_node=args.fail_node, fail_at_step=args.fail_at_step, timeout_s=args.timeout, quiet=args.quiet)
     except EmulationError as err:
         print(f"emulate: {err}", file=sys.stderr)
         return 2
     print(summary_line(r), flush=True)
     return 0 if r["status"] == "Complete" else 1
-
 
 if __name__ == "__main__":
     sys.exit(main())

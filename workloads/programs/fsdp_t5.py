@@ -5,7 +5,10 @@ reduction); optional activation checkpointing; pad tokens masked out of the loss
 computed in fp32; gradient accumulation. Pretrained weights come from the Hugging Face hub in
 the cluster (downloaded once per node into the shared cache); ``--init random`` builds the model
 from a known config with no download (``--model-config tiny`` for tests). Sharded checkpoints
-with ``torch.distributed.checkpoint``; on start the newest complete one is restored.
+with ``torch.distributed.checkpoint``; on start the newest complete one is restored. By default a
+save is asynchronous (``--checkpoint-mode async``): the loop waits only while the state is copied to
+host memory, the files are written in the background, and the checkpoint is marked complete only
+once they are; ``--checkpoint-mode sync`` writes in the loop.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import torch.nn.functional as F
 import trainlib
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load  # torch.distributed.checkpoint.load
+from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse
+from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save  # torch.distributed.checkpoint.async_save
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save  # torch.distributed.checkpoint.save
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
@@ -53,6 +58,7 @@ def parse_args(argv=None):
     p.add_argument("--synthetic-samples", type=int, default=1024)
     p.add_argument("--checkpoint-dir", default="/mnt/checkpoints/fsdp-t5")
     p.add_argument("--checkpoint-every", type=int, default=100)
+    p.add_argument("--checkpoint-mode", choices=("sync", "async"), default="async", help="async: copy to host memory, write in the background")
     p.add_argument("--max-steps", type=int, default=0)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--activation-checkpointing", action="store_true")
@@ -179,12 +185,18 @@ def main(argv=None) -> int:
         set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
 
     step, resumed_from, last_loss = trainlib.resume(d, args.checkpoint_dir, load)
-    writer = trainlib.CheckpointWriter(d, args.checkpoint_dir)
+    writer = trainlib.CheckpointWriter(d, args.checkpoint_dir, asynchronous=args.checkpoint_mode == "async")
 
     def save(at_step: int) -> None:
         def write(tmp):
             msd, osd = get_state_dict(model, opt)
-            dcp_save({"model": msd, "optim": osd}, checkpoint_id=tmp)
+            if args.checkpoint_mode == "sync":
+                dcp_save({"model": msd, "optim": osd}, checkpoint_id=tmp)
+                return None
+            # returns once the state is staged (deep-copied) in host memory; the write runs in a
+            # thread, on the writer's own gloo group
+            pending = dcp_async_save({"model": msd, "optim": osd}, checkpoint_id=tmp, process_group=writer.group)
+            return pending.upload_completion if isinstance(pending, AsyncSaveResponse) else pending
 
         writer.save(at_step, {"epoch": at_step // steps_per_epoch, "micro_batch_in_epoch": (at_step % steps_per_epoch) * args.grad_accum, "world_size": d.world_size, "loss": last_loss}, write)
 
@@ -220,6 +232,7 @@ def main(argv=None) -> int:
             step_times.append(time.perf_counter() - t0)
             step += 1
             trainlib.fault_point(step)
+            writer.poll()
             if step % args.log_every == 0 or step % args.checkpoint_every == 0 or step == total_steps or step % steps_per_epoch == 0:
                 loss_sum, micro_batches, tokens = trainlib.all_reduce_sum(window.tolist(), d.device)
                 last_loss = loss_sum / max(micro_batches, 1)
@@ -230,6 +243,7 @@ def main(argv=None) -> int:
                 save(step)
             if step >= total_steps:
                 break
+    writer.close()  # the last checkpoint is complete before the job reports success
     elapsed = trainlib.all_reduce_max(time.perf_counter() - t_train, d.device)
     peak = trainlib.all_reduce_max(peak_memory_gib(d.device), d.device)
     warm = sorted(step_times[3:] if len(step_times) >= 6 else step_times[1:] or step_times)

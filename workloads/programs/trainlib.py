@@ -9,7 +9,8 @@ Checkpoint layout, on durable shared storage::
     <dir>/.tmp-step-...    a save in progress: never loaded, removed by the next save
 
 A save is written into a temporary directory and renamed into place only after every rank has
-finished writing, so a crash mid-save never leaves a directory that loads as valid. On start the
+finished writing, so a crash mid-save never leaves a directory that loads as valid. That holds
+for asynchronous saves too: the rename happens once the background write has finished. On start the
 newest ``step-*`` directory with a ``meta.json`` is restored.
 """
 
@@ -23,6 +24,7 @@ import shutil
 import signal
 import sys
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -187,37 +189,95 @@ def resume(d: Dist, root: str, load_state) -> tuple[int, int | None, float]:
 
 
 class CheckpointWriter:
-    """Atomic, all-ranks checkpoint saves; ``write_state(tmp_dir)`` does the actual writing."""
+    """Atomic, all-ranks checkpoint saves; ``write_state(tmp_dir)`` does the actual writing.
 
-    def __init__(self, d: Dist, root: str, keep: int = 3):
+    Synchronous when ``write_state`` returns None. When it returns a future (an asynchronous
+    save that has copied the state to host memory and writes it in the background), ``save``
+    returns at once and rank 0 completes the checkpoint (``meta.json``, then the rename) in a
+    background thread only after the write has finished on every rank. At most one save is in
+    flight: the next ``save`` and ``close`` wait for it. Each finished save logs a ``checkpoint``
+    event with ``ckpt_stall_s`` (time the training loop was blocked in ``save``, waiting for the
+    previous save included) and ``ckpt_total_s`` (from the start of ``save`` to the rename).
+    """
+
+    def __init__(self, d: Dist, root: str, keep: int = 3, asynchronous: bool = False):
         self.d = d
         self.root = root
         self.keep = keep
+        self.last_step: int | None = None
+        # async saves run their collectives in a background thread: on a group of their own
+        # (gloo, as async_save needs a CPU backend), never interleaved with the training loop's
+        group = dist.new_group(backend="gloo") if asynchronous and dist.is_initialized() else None
+        self.group: dist.ProcessGroup | None = group if isinstance(group, dist.ProcessGroup) else None  # every rank is a member
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-finalize") if asynchronous else None
+        self._pending: tuple[int, float, Future] | None = None  # (step, stall, completion)
 
     def save(self, step: int, meta: dict, write_state) -> str:
-        final = step_dir(self.root, step)
-        if os.path.isdir(final):
-            return final  # already saved (e.g. the epoch-end save after a periodic one)
-        tmp = os.path.join(self.root, f".tmp-step-{step:08d}")
         t0 = time.perf_counter()
+        self.wait()  # at most one save in flight
+        final = step_dir(self.root, step)
+        if step == self.last_step or os.path.isdir(final):
+            return final  # already saved (e.g. the epoch-end save after a periodic one)
+        self.last_step = step
+        tmp = os.path.join(self.root, f".tmp-step-{step:08d}")
         if self.d.is_main:
             os.makedirs(self.root, exist_ok=True)
             shutil.rmtree(tmp, ignore_errors=True)
             os.makedirs(tmp)
         barrier()
-        write_state(tmp)
-        barrier()
-        if self.d.is_main:
-            meta = {**meta, "step": step, "saved_at": time.time()}
-            with open(os.path.join(tmp, "meta.json"), "w") as fh:
-                json.dump(meta, fh)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.rename(tmp, final)
-            self._prune()
-        barrier()
-        event(self.d, "checkpoint", step=step, seconds=round(time.perf_counter() - t0, 4))
+        written = write_state(tmp)
+        if written is None:  # synchronous: every rank has written once the barrier passes
+            barrier()
+            if self.d.is_main:
+                self._complete(tmp, final, meta, step)
+            barrier()
+            seconds = time.perf_counter() - t0
+            self._event(step, seconds, seconds, "sync")
+            return final
+        fault_in_async_save(step)
+        done = self._pool.submit(self._complete_after, written, tmp, final, meta, step, t0) if self._pool and self.d.is_main else written
+        self._pending = (step, time.perf_counter() - t0, done)
         return final
+
+    def _complete_after(self, written: Future, tmp: str, final: str, meta: dict, step: int, t0: float) -> float:
+        # the save's final collective gathers every rank's write results on rank 0 before its
+        # future resolves there, so every shard is on storage when rank 0 gets past this line
+        written.result()
+        self._complete(tmp, final, meta, step)
+        return time.perf_counter() - t0
+
+    def _complete(self, tmp: str, final: str, meta: dict, step: int) -> None:
+        meta = {**meta, "step": step, "saved_at": time.time()}
+        with open(os.path.join(tmp, "meta.json"), "w") as fh:
+            json.dump(meta, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.rename(tmp, final)
+        self._prune()
+
+    def poll(self) -> None:
+        """Report a finished background save without blocking."""
+        if self._pending and self._pending[2].done():
+            self.wait()
+
+    def wait(self) -> None:
+        """Block until the save in flight (if any) is complete; raises its error."""
+        if not self._pending:
+            return
+        step, stall, done = self._pending
+        self._pending = None
+        total = done.result()
+        self._event(step, stall, total if isinstance(total, float) else stall, "async")
+
+    def close(self) -> None:
+        """Wait for the last save and make sure every rank sees it complete."""
+        self.wait()
+        barrier()
+        if self._pool:
+            self._pool.shutdown(wait=True)
+
+    def _event(self, step: int, stall: float, total: float, mode: str) -> None:
+        event(self.d, "checkpoint", step=step, seconds=round(total, 4), ckpt_stall_s=round(stall, 4), ckpt_total_s=round(total, 4), mode=mode)
 
     def _prune(self) -> None:
         for _, path in list_checkpoints(self.root)[: -self.keep]:
@@ -228,6 +288,7 @@ class CheckpointWriter:
 
 
 FAULT_ENV = "TRAINING_FAULT_AT_STEP"
+FAULT_ASYNC_SAVE_ENV = "TRAINING_FAULT_IN_ASYNC_SAVE"
 
 
 def fault_point(step: int) -> None:
@@ -236,11 +297,23 @@ def fault_point(step: int) -> None:
     step K, as if the node vanished. Unset in normal runs."""
     target = os.environ.get(FAULT_ENV)
     if target and int(target) == step:
-        print(f"fault injection: SIGKILL node process group at step {step}", file=sys.stderr, flush=True)
-        for group in {os.getpgid(os.getppid()), os.getpgid(0)}:  # the launcher's group, then ours
-            if group != os.getpgid(0):
-                os.killpg(group, signal.SIGKILL)
-        os.killpg(os.getpgid(0), signal.SIGKILL)
+        _kill_node(f"at step {step}")
+
+
+def fault_in_async_save(step: int) -> None:
+    """With TRAINING_FAULT_IN_ASYNC_SAVE=K, the node dies right after the asynchronous save of
+    step K has started (state copied to host) and before it can complete. Unset in normal runs."""
+    target = os.environ.get(FAULT_ASYNC_SAVE_ENV)
+    if target and int(target) == step:
+        _kill_node(f"during the asynchronous save of step {step}")
+
+
+def _kill_node(when: str) -> None:
+    print(f"fault injection: SIGKILL node process group {when}", file=sys.stderr, flush=True)
+    for group in {os.getpgid(os.getppid()), os.getpgid(0)}:  # the launcher's group, then ours
+        if group != os.getpgid(0):
+            os.killpg(group, signal.SIGKILL)
+    os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
 def seed_step(seed: int, step: int, rank: int) -> None:
