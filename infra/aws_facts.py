@@ -88,6 +88,11 @@ def partition(region: str) -> str:
     return facts(region).partition
 
 
+def dns_suffix(partition_name: str) -> str:
+    """Service endpoints' domain in a partition (China has its own)."""
+    return "amazonaws.com.cn" if partition_name == "aws-cn" else "amazonaws.com"
+
+
 def zones(region: str) -> list[str]:
     """Every AZ name the Region can show, sorted (us-west-1: the three letters, of which an account sees two)."""
     return list(facts(region).zones)

@@ -181,7 +181,6 @@ class Cluster(pulumi.ComponentResource):
             )
 
 
-
 def iam_principal_of(caller_arn: str) -> str:
     """The IAM principal behind a caller ARN: an STS assumed-role session
     (``arn:aws:sts::ACCOUNT:assumed-role/ROLE/SESSION``) is the role

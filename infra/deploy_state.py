@@ -27,6 +27,9 @@ def read_parameter(name: str, opts: pulumi.InvokeOptions | None = None) -> str |
     try:
         return aws.ssm.get_parameter(name=name, opts=opts).value
     except Exception as err:  # noqa: BLE001 - the provider reports a missing parameter as an error
+        # SSM GetParameter's error code for a missing name is ParameterNotFound (SSM API
+        # Reference, GetParameter "Errors"); the provider's message carries it. Not checked
+        # against a live account: if the text differed, a first deploy would fail loudly here.
         if "ParameterNotFound" not in str(err):
             raise
         return None

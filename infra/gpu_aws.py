@@ -8,6 +8,7 @@ import json
 import pulumi
 import pulumi_aws as aws
 
+from infra import aws_facts
 from infra.cluster import NODE_POLICIES, Cluster
 from infra.iam import assume_role_policy
 from infra.names import IAM_ROLE, PLACEMENT_GROUP, SQS_QUEUE
@@ -36,7 +37,7 @@ def aws_partition(region: str) -> str:
 
 
 def aws_url_suffix(region: str) -> str:
-    return "amazonaws.com.cn" if aws_partition(region) == "aws-cn" else "amazonaws.com"
+    return aws_facts.dns_suffix(aws_partition(region))
 
 
 def karpenter_node_role_name(cluster_name: str) -> str:

@@ -45,6 +45,9 @@ ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 FRAMEWORK_LABEL = "trainer.kubeflow.org/framework"
 
 RUNTIME_LABEL = "training-platform/runtime"
+# pulumi-kubernetes skips its await logic for an object with this annotation, on delete too (the
+# unified delete await of pulumi-kubernetes #3133; #3154 discusses narrowing it to readiness in v5,
+# which would need revisiting this). A CustomResource has no readiness await to lose.
 SKIP_AWAIT = {"pulumi.com/skipAwait": "true"}
 # spec.template.spec fields the CRDs mark immutable (CEL ``self == oldSelf``), both Trainer versions.
 IMMUTABLE_TEMPLATE_FIELDS = ("failurePolicy", "network", "startupPolicy", "successPolicy", "volumeClaimPolicies")

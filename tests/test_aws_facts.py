@@ -126,3 +126,12 @@ def test_invented_arns_use_the_region_partition(region, partition):
 def test_unknown_region_fails_the_program():
     with pytest.raises(ProgramError, match="aws_facts"):
         run_config(dev_config(**{"aws:region": "xx-east-9"}))
+
+
+def test_region_name_rule_of_the_iam_policy_agrees_with_the_table():
+    """infra.gpu_aws derives the partition from the region name (it must work for any region);
+    the facts table states it: both must agree wherever the table knows the region."""
+    from infra.gpu_aws import aws_partition
+
+    for region in aws_facts.regions():
+        assert aws_partition(region) == aws_facts.partition(region), region

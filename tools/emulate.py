@@ -136,22 +136,20 @@ def sized_profile(profile: list[str], world_size: int) -> list[str]:
 
 
 def _last_int(args: list[str], flag: str) -> int | None:
+    """The last value of ``flag`` in an argument list, as ``flag N`` or ``flag=N`` (argparse: the
+    last one wins)."""
     value = None
     for i, a in enumerate(args):
         if a == flag and i + 1 < len(args):
             value = int(args[i + 1])
+        elif a.startswith(flag + "="):
+            value = int(a.split("=", 1)[1])
     return value
 
 
 def max_steps(args: list[str]) -> int | None:
-    """The last ``--max-steps`` value of an argument list (argparse: the last one wins)."""
-    value = None
-    for i, a in enumerate(args):
-        if a == "--max-steps" and i + 1 < len(args):
-            value = int(args[i + 1])
-        elif a.startswith("--max-steps="):
-            value = int(a.split("=", 1)[1])
-    return value or None
+    """The last ``--max-steps`` value of an argument list."""
+    return _last_int(args, "--max-steps") or None
 
 
 def _nproc_per_node(trainer: dict, runtime: dict) -> int:

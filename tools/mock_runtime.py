@@ -136,7 +136,7 @@ class PlanMocks(pmocks.Mocks):
         return f"arn:{self.partition}"
 
     def _dns_suffix(self) -> str:
-        return "amazonaws.com.cn" if self.partition == "aws-cn" else "amazonaws.com"
+        return aws_facts.dns_suffix(self.partition or "aws")
 
     def call(self, args: pmocks.MockCallArgs) -> tuple[dict, list[tuple[str, str]]]:
         if args.token == "aws:ssm/getParameter:getParameter":
