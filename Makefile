@@ -6,15 +6,25 @@ STACK  ?= dev
 JOB    ?= ddp
 EMULATE_ARGS ?=
 
-.PHONY: venv render validate test emulate bench lint policy clean image docs schema golden
+.PHONY: venv venv-tf render validate test emulate bench lint policy clean image docs schema golden dashboard-preview
 
-$(VENV)/.installed: requirements.txt
+$(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps -e .  # the trainctl command (.venv/bin/trainctl)
 	touch $@
 
 venv: $(VENV)/.installed
+
+## venv-tf: TensorFlow (CPU) in its own virtualenv, only for the TF job's emulation (make emulate JOB=tf)
+VENV_TF ?= .venv-tf
+$(VENV_TF)/.installed: workloads/requirements-tf.txt
+	$(PYTHON) -m venv $(VENV_TF)
+	$(VENV_TF)/bin/python -m pip install -q -r workloads/requirements-tf.txt
+	touch $@
+
+venv-tf: $(VENV_TF)/.installed
 
 ## render: run the program under Pulumi's mock runtime -> out/$(STACK)/plan.json + manifests/
 render: venv
@@ -30,9 +40,10 @@ validate: render
 test: venv
 	$(PY) -m pytest -q
 
-## emulate: run the rendered TrainJob $(JOB) of $(STACK) locally (CPU, gloo)
-emulate: venv
-	$(PY) -m tools.emulate --stack $(STACK) --job $(JOB) $(EMULATE_ARGS)
+## emulate: run the rendered TrainJob $(JOB) of $(STACK) locally (CPU, gloo): ddp, fsdp, tf, nccl-check;
+## JOB=tf runs with TensorFlow from $(VENV_TF), created here on first use
+emulate: venv $(if $(filter tf,$(JOB)),venv-tf)
+	$(PY) -m tools.emulate --stack $(STACK) --job $(JOB) $(if $(filter tf,$(JOB)),--python $(VENV_TF)/bin/python) $(EMULATE_ARGS)
 
 ## bench: CPU benchmarks (training throughput, render time, checkpoint cost)
 bench: venv
@@ -65,6 +76,11 @@ docs: venv
 ## schema: regenerate the stack files' JSON Schema (editor completion and checks) from the settings classes
 schema: venv
 	$(PY) -m tools.config_json_schema --write schema/stack-config.schema.json
+
+## dashboard-preview: redraw docs/dashboard.png, a layout preview of the CloudWatch dashboard (Pillow)
+dashboard-preview: venv
+	$(PY) -m pip install -q -r tools/requirements-preview.txt
+	$(PY) -m tools.dashboard_preview --out docs/dashboard.png
 
 ## golden: rewrite tests/golden after an intended change to the rendered objects
 golden: venv

@@ -10,11 +10,13 @@ from infra.config_schema import ConfigError
 from infra.deploy_state import TRAINER_VERSION, parameter_name, read_parameter, trainer_switch_error
 from infra.gpu_aws import GpuAws
 from infra.network import Network
+from infra.observability import Observability
 from infra.registry import TrainingImage
 from infra.settings import load_settings
 from infra.stack_config import aws_region, project_config
 from infra.storage import CheckpointStorage
 from k8s.gpu_capacity import GpuCapacity
+from k8s.tenancy import Kueue, Tenants
 from k8s.trainer import Trainer
 from workloads.component import TrainJobs
 
@@ -34,11 +36,18 @@ cluster = Cluster("eks", settings=settings, network=network, tags=tags)
 gpu_aws = GpuAws("gpu", settings=settings, cluster=cluster, vpc_id=network.vpc_id, tags=tags)
 capacity = GpuCapacity("gpu", settings=settings, gpu_aws=gpu_aws, cluster_name=cluster.name, provider=cluster.provider, tags=tags)
 trainer = Trainer("trainer", settings=settings.trainer, cluster_name=cluster.name, provider=cluster.provider, depends_on=capacity.node_pools)
-if settings.trainjobs.jobs():
+# Kueue queues the teams' and the stack's TrainJobs (one cohort); teams get namespaces, quotas and access
+kueue = Kueue("kueue", settings=settings, trainer=trainer, provider=cluster.provider) if settings.kueue_enabled else None
+# metrics, logs and dashboard (observability.mode), the GPU smoke check, cleanup of finished TrainJobs
+observability = Observability("observability", settings=settings, cluster=cluster, gpu_aws=gpu_aws, capacity=capacity, trainer=trainer, tags=tags)
+storage = CheckpointStorage("checkpoints", settings=settings, cluster=cluster, network=network, tags=tags) if settings.trainjobs.jobs() or settings.tenants.teams() else None
+if storage and settings.tenants.teams():
+    tenants = Tenants("tenants", settings=settings, cluster=cluster, storage=storage, kueue=kueue, provider=cluster.provider, tags=tags)
+    pulumi.export("teamNamespaces", tenants.namespaces)
+if storage and settings.trainjobs.jobs():
     # the training image is built (workloads/ -> the stack's ECR repository) unless every job brings its own
     training_image = TrainingImage("workloads", cluster_name=settings.cluster_name, tags=tags) if any(j.image is None for j in settings.trainjobs.jobs().values()) else None
-    storage = CheckpointStorage("checkpoints", settings=settings, cluster=cluster, network=network, tags=tags)
-    jobs = TrainJobs("jobs", settings=settings, trainer=trainer, storage=storage, capacity=capacity.node_pools, provider=cluster.provider, image=training_image.ref if training_image else None)
+    jobs = TrainJobs("jobs", settings=settings, trainer=trainer, storage=storage, capacity=capacity.node_pools, provider=cluster.provider, image=training_image.ref if training_image else None, kueue=kueue)
     pulumi.export("trainJobs", jobs.names)
     if training_image:
         pulumi.export("trainingImage", training_image.ref)

@@ -39,13 +39,58 @@ TRAINER_VERSIONS = {
     "v2.1.0": {"chart": "2.1.0", "jobset": "v0.10.1"},
 }
 DEFAULT_TRAINER_VERSION = "v2.3.0"
+# The Trainer's dataset/model initializer images, tagged like the release that ships them
+# (kubeflow/trainer v2.1.0 manifests/overlays/runtimes/kustomization.yaml `newTag: v2.1.0`; v2.3.0
+# charts/kubeflow-trainer/files/runtimes/*.yaml use `trainer.defaultImageTag`, "v" + chart version).
+# Both are built for linux/amd64 and linux/arm64 (.github/workflows/build-and-push-images.yaml).
+INITIALIZER_IMAGES = {
+    version: {
+        "dataset": f"ghcr.io/kubeflow/trainer/dataset-initializer:{version}",
+        "model": f"ghcr.io/kubeflow/trainer/model-initializer:{version}",
+    }
+    for version in TRAINER_VERSIONS
+}
 # v2.1.0 shipped a staging JobSet image that no longer resolves; pin the release image.
 JOBSET_IMAGE_REPOSITORY = "registry.k8s.io/jobset/jobset"
+
+# Kueue (job queueing for teams and the stack's jobs; k8s/kueue.py). 0.19.2 is the newest release
+# (tagged 2026-08-20) and the CRDs the offline validation reads (../shared/schemas/kueue/v0.19.2).
+# Its TrainJob integration writes into TrainJob.spec.runtimePatches: Trainer v2.2 or newer only.
+# The chart's values.yaml names a staging image unless packaged for release: the image is pinned.
+KUEUE_CHART = "oci://registry.k8s.io/kueue/charts/kueue"
+KUEUE_VERSION = "0.19.2"
+KUEUE_IMAGE_REPOSITORY = "registry.k8s.io/kueue/kueue"
+# One-shot Job that creates the teams' directories on FSx for Lustre (k8s/tenancy.py).
+TENANT_DIRS_IMAGE = "public.ecr.aws/docker/library/busybox:1.37.0"
 
 # EKS add-ons for checkpoint storage (CSI drivers); versions as published for EKS 1.34.
 FSX_CSI_ADDON_VERSION = "v1.7.0-eksbuild.1"
 EFS_CSI_ADDON_VERSION = "v2.1.13-eksbuild.1"
 POD_IDENTITY_ADDON_VERSION = "v1.3.9-eksbuild.3"
+
+# Observability (infra/observability.py, k8s/observability.py), observability.mode:
+# cloudwatch (default): the amazon-cloudwatch-observability EKS add-on. Its versions are the
+# releases of aws-observability/helm-charts charts/amazon-cloudwatch-observability with an
+# -eksbuild suffix; v6.4.0 (Chart.yaml version 6.4.0, released 2026-08-06) is the newest. The add-on
+# runs on EKS 1.23 and later (CloudWatch User Guide, "Install the CloudWatch agent with the Amazon
+# CloudWatch Observability EKS add-on or the Helm chart"), so on every KUBERNETES_VERSIONS entry;
+# Pod Identity needs add-on 3.1.0 or later, NVIDIA GPU metrics 1.3.0, EFA metrics come with enhanced
+# observability. Confirm the build for a cluster version with `aws eks describe-addon-versions
+# --addon-name amazon-cloudwatch-observability --kubernetes-version 1.34` before a deploy.
+CLOUDWATCH_OBSERVABILITY_ADDON_VERSION = "v6.4.0-eksbuild.1"
+# prometheus: NVIDIA's dcgm-exporter chart (NVIDIA/dcgm-exporter deployment/Chart.yaml 4.8.2,
+# kubeVersion >= 1.19, image 4.5.3-4.8.2-distroless) and kube-prometheus-stack
+# (prometheus-community/helm-charts charts/kube-prometheus-stack/Chart.yaml 88.5.3, operator
+# v0.93.1, kubeVersion >= 1.25): both cover KUBERNETES_VERSIONS.
+DCGM_EXPORTER_REPO = "https://nvidia.github.io/dcgm-exporter/helm-charts"
+DCGM_EXPORTER_CHART = "dcgm-exporter"
+DCGM_EXPORTER_VERSION = "4.8.2"
+KUBE_PROMETHEUS_STACK_REPO = "https://prometheus-community.github.io/helm-charts"
+KUBE_PROMETHEUS_STACK_CHART = "kube-prometheus-stack"
+KUBE_PROMETHEUS_STACK_VERSION = "88.5.3"
+# The CronJob that deletes finished TrainJobs (k8s/trainjob_cleanup.py runs on the standard
+# library only) and the GPU smoke check (CUDA + PyTorch: the training image's base, WORKLOAD_BASE_IMAGE).
+TRAINJOB_CLEANUP_IMAGE = "public.ecr.aws/docker/library/python:3.13.7-slim-bookworm"
 
 # Training image: the stack builds workloads/Dockerfile and pushes it to its own ECR repository
 # (infra/registry.py) unless every enabled job sets trainjobs.<job>.image. These are the
@@ -69,4 +114,6 @@ WORKLOAD_BUILD_ARGS = {
 # Default images of the ClusterTrainingRuntimes (a TrainJob sets its own image).
 TORCH_RUNTIME_IMAGE = "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime"
 DEEPSPEED_RUNTIME_IMAGE = "ghcr.io/kubeflow/trainer/deepspeed-runtime:v2.3.0"
+# TensorFlow 2.20.0: the CPU build of the same release (tensorflow-cpu) is what workloads/requirements-tf.txt
+# pins for the local emulation of the TF job (a test keeps the two versions equal).
 TENSORFLOW_RUNTIME_IMAGE = "tensorflow/tensorflow:2.20.0-gpu"

@@ -1,7 +1,8 @@
 """GPU instance catalog: typed lookup over ``gpu_instances.yaml``.
 
 Every value derived from an instance type (GPUs per node, EFA interfaces per pod, the
-instance family and category Karpenter selects on) is computed here, once.
+instance family and category Karpenter selects on, the all-reduce check's default pass mark)
+is computed here, once.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class GpuInstance:
     efa: bool
     network_cards: int
     efa_interfaces_per_card: int
+    min_allreduce_busbw_gbps: float | None = None  # the all-reduce check's default pass mark (GB/s), where published
 
     @property
     def efa_interfaces(self) -> int:
@@ -66,6 +68,7 @@ def catalog() -> dict[str, GpuInstance]:
             efa=spec["efa"],
             network_cards=spec["networkCards"],
             efa_interfaces_per_card=spec["efaInterfacesPerCard"],
+            min_allreduce_busbw_gbps=spec.get("minAllReduceBusBwGBps"),
         )
     return out
 

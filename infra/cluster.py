@@ -94,6 +94,11 @@ class Cluster(pulumi.ComponentResource):
             create_oidc_provider=True,
             skip_default_node_group=True,
             coredns_addon_options=eks.CoreDnsAddonOptionsArgs(enabled=False),  # created after the node groups
+            # Teams are isolated by NetworkPolicy (k8s/tenants.py), enforced by the VPC CNI's network-policy
+            # agent only when the vpc-cni add-on's configuration sets enableNetworkPolicy (EKS User Guide,
+            # "Limit Pod traffic with Kubernetes network policies"); pulumi-eks v4.3.0
+            # (nodejs/eks/addons/cni-addon.ts) writes this option into that configuration
+            vpc_cni_options=eks.VpcCniOptionsArgs(enable_network_policy=True) if s.tenants.teams() else None,
             auto_mode=eks.AutoModeOptionsArgs(
                 enabled=True,
                 create_node_role=True,

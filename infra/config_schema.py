@@ -20,7 +20,7 @@ import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, RootModel, ValidationError
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
@@ -89,6 +89,17 @@ def _bool(value: Any) -> Any:
 
 Int = Annotated[int, BeforeValidator(_reject_bool)]
 """An integer (YAML ``5``, ``5.0`` or ``"5"``); ``true`` is not 1."""
+
+
+def _reject_bool_number(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise PydanticCustomError("config", "{allowed}", {"allowed": "expected a number"})
+    return value
+
+
+Float = Annotated[float, BeforeValidator(_reject_bool_number)]
+"""A number (YAML ``400``, ``12.5`` or ``"12.5"``); ``true`` is not 1."""
+
 Bool = Annotated[bool, BeforeValidator(_bool)]
 """A boolean: ``true``/``false`` (also as strings), not 1/0 or yes/no."""
 
@@ -226,6 +237,15 @@ def _list_item_model(tp: Any) -> type[Section] | None:
     return None
 
 
+def _map_item_model(cls: Any) -> type[Section] | None:
+    """The value model of a map section (a ``RootModel[dict[str, <Section>]]`` such as ``tenants``)."""
+    if isinstance(cls, type) and issubclass(cls, RootModel):
+        tp = _strip_annotated(cls.model_fields["root"].annotation)
+        if typing.get_origin(tp) is dict:
+            return _model_type(typing.get_args(tp)[1])
+    return None
+
+
 def keys_of(cls: type[BaseModel]) -> list[str]:
     return [f.alias or name for name, f in cls.model_fields.items()]
 
@@ -242,6 +262,9 @@ def _model_at(cls: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
     current: Any = cls
     for part in loc:
         if isinstance(part, int):
+            continue
+        if (item := _map_item_model(current)) is not None:  # a map's key (a team name): its value's model
+            current = item
             continue
         if not (isinstance(current, type) and issubclass(current, BaseModel)):
             return None
@@ -264,6 +287,8 @@ _TYPE_TEXT = {
     "int_type": "expected an integer",
     "int_parsing": "expected an integer",
     "int_from_float": "expected an integer",
+    "float_type": "expected a number",
+    "float_parsing": "expected a number",
     "string_type": "expected a string",
     "bool_type": "expected a boolean (true/false)",
     "bool_parsing": "expected a boolean (true/false)",
@@ -376,6 +401,8 @@ def problems_of(obj: Section, path: str) -> Iterator[ConfigError]:
 def describe(cls: type[BaseModel], prefix: str = "") -> list[tuple[str, str, str, str]]:
     """(key, type, default, description) rows for every leaf field, for documentation."""
     rows = []
+    if (item := _map_item_model(cls)) is not None:  # a map section: its value's keys under <name>
+        return describe(item, prefix + getattr(cls, "KEY_NAME", "<name>") + ".")
     for name, f in cls.model_fields.items():
         key = f"{prefix}{f.alias or name}"
         tp, _ = _unwrap_optional(_strip_annotated(f.annotation))
@@ -401,7 +428,7 @@ def doc_type(tp: Any) -> str:
         return "map of " + doc_type(typing.get_args(tp)[1]) + "s"
     if isinstance(tp, type) and issubclass(tp, BaseModel):
         return "object"
-    return {str: "string", int: "integer", bool: "boolean"}.get(tp, getattr(tp, "__name__", str(tp)))
+    return {str: "string", int: "integer", float: "number", bool: "boolean"}.get(tp, getattr(tp, "__name__", str(tp)))
 
 
 def repr_default(value: Any) -> str:

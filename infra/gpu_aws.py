@@ -217,6 +217,7 @@ class GpuAws(pulumi.ComponentResource):
         self._cluster = cluster
         self._tags = tags
         self.queue_name = self.node_role_name = self.placement_group_name = None
+        self.pod_identity_agent: aws.eks.Addon | None = None  # EKS Auto Mode runs the agent itself
         self.karpenter_ready: list[pulumi.Resource] = []
         if settings.gpu_pool.mode == "karpenter":
             self._tag_security_group(name)
@@ -296,6 +297,7 @@ class GpuAws(pulumi.ComponentResource):
             self.karpenter_ready.append(attachment)
         cluster_name = self._cluster.eks_cluster.eks_cluster.name
         agent = aws.eks.Addon(f"{name}-pod-identity-agent", cluster_name=cluster_name, addon_name="eks-pod-identity-agent", opts=self._opts(depends_on=list(self._cluster.node_groups.values())))
+        self.pod_identity_agent = agent
         assoc = aws.eks.PodIdentityAssociation(
             f"{name}-karpenter", cluster_name=cluster_name, namespace=KARPENTER_NAMESPACE, service_account=KARPENTER_SERVICE_ACCOUNT, role_arn=role.arn, opts=self._opts(depends_on=[agent])
         )

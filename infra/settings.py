@@ -18,11 +18,11 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar, cast
 
-from pydantic import ConfigDict, Field, model_serializer
+from pydantic import ConfigDict, Field, RootModel, model_serializer
 
 import versions
 from infra import aws_facts, catalog
-from infra.config_schema import Bool, ConfigError, ConfigErrors, Int, SchemaCheck, Section, camel, opt, repaired_section, to_raw, unknown_key_hint, validate_section
+from infra.config_schema import Bool, ConfigError, ConfigErrors, Float, Int, SchemaCheck, Section, camel, opt, problems_of, repaired_section, to_raw, unknown_key_hint, validate_section
 
 # --- value checks (return the "allowed" text when the value is bad) -------------------------
 
@@ -317,14 +317,14 @@ class EfaSettings(Section):
 
 # --- Trainer ---------------------------------------------------------------------------------
 
-RUNTIME_NAMES = ("torch-distributed-gpu", "deepspeed-distributed-gpu", "tensorflow-distributed")
+RUNTIME_NAMES = ("torch-distributed-gpu", "torch-distributed-gpu-hf", "deepspeed-distributed-gpu", "tensorflow-distributed")
 
 
 class TrainerSettings(Section):
     version: str = opt(versions.DEFAULT_TRAINER_VERSION, "Kubeflow Trainer release", choices=tuple(versions.TRAINER_VERSIONS))
     max_restarts: Int = opt(3, "whole-job restarts (JobSet failurePolicy.maxRestarts)", check=_range(0, 100))
     shm_size: str = opt("64Gi", "size of the memory-backed /dev/shm volume", check=_quantity)
-    runtimes: list[str] = opt(list(RUNTIME_NAMES), "ClusterTrainingRuntimes to install", choices=RUNTIME_NAMES)
+    runtimes: list[str] = opt(list(RUNTIME_NAMES), "ClusterTrainingRuntimes to install (the runtimes of enabled jobs are always installed)", choices=RUNTIME_NAMES)
     allow_upgrade_from: str | None = opt(None, "installed Trainer release the docs/trainer-upgrade.md procedure was run for", choices=tuple(versions.TRAINER_VERSIONS))
 
     def problems(self, path: str) -> Iterator[ConfigError]:
@@ -336,40 +336,67 @@ class TrainerSettings(Section):
 
 _IMAGE_CHECK = _pattern(re.compile(r"^[a-z0-9.-]+(:\d+)?(/[a-z0-9._-]+)+(:[\w.-]+|@sha256:[0-9a-f]{64})$"), "an image reference such as registry/org/name:tag")
 _MODEL_CHECK = _pattern(re.compile(r"^[\w.-]+(/[\w.-]+)?$"), "a model id such as google-t5/t5-large")
+HF_SCHEME = "hf://"
+# The Trainer's Hugging Face dataset initializer downloads repo ``<netloc>/<first path segment>``
+# of STORAGE_URI (kubeflow/trainer pkg/initializers/dataset/huggingface.py, v2.1.0 and v2.3.0): an
+# id without an owner has no path segment and fails there, a longer path is silently cut; so an
+# ``owner/name`` id, with or without ``hf://``.
+_DATASET_RE = re.compile(r"^(hf://)?[\w.-]+/[\w.-]+$")
+_DATASET_CHECK = _pattern(_DATASET_RE, "a Hugging Face dataset id owner/name such as FiscalNote/billsum, or its URI hf://FiscalNote/billsum")
+# Secret names are DNS subdomains (Kubernetes API conventions)
+_SECRET_NAME_CHECK = _pattern(re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"), "the name of a Secret in the jobs' namespace, such as hf-token")
+
+
+def hf_uri(repo: str) -> str:
+    """``hf://<repo id>`` for an id or an ``hf://`` URI (the initializers' STORAGE_URI form)."""
+    return repo if repo.startswith(HF_SCHEME) else HF_SCHEME + repo
 
 # flags workloads/trainjob.program_args sets: the job's field that sets each, or how the platform sets it
 PLATFORM_FLAGS: dict[str, str] = {
     "--epochs": "epochs",
     "--model": "model",
     "--checkpoint-dir": "to the job's directory on the checkpoint volume (trainjobs.checkpointStorage)",
-    "--data-dir": "to the dataset on the checkpoint volume",
-    "--data-file": "to the dataset on the checkpoint volume",
+}
+# DDP: generated digits (workloads/programs/ddp_mnist.py --synthetic); the job never downloads MNIST
+DDP_PLATFORM_FLAGS: dict[str, str] = {
+    **PLATFORM_FLAGS,
+    "--synthetic": "(the DDP job trains on generated digits; it never downloads MNIST)",
+    "--data-dir": "(the DDP job trains on generated digits; it never downloads MNIST)",
+}
+# FSDP: the dataset and model the Trainer's initializers put on the checkpoint volume
+FSDP_PLATFORM_FLAGS: dict[str, str] = {
+    **PLATFORM_FLAGS,
+    "--dataset-dir": "to the dataset the dataset initializer downloaded (trainjobs.fsdp.dataset)",
+    "--model-dir": "to the model the model initializer downloaded (trainjobs.fsdp.model)",
 }
 
 
-def _platform_flag(arg: str) -> str | None:
+def _platform_flag(arg: str, flags: Mapping[str, str] = PLATFORM_FLAGS) -> str | None:
     """The platform flag ``arg`` sets: ``--flag``, ``--flag=value`` or an abbreviation argparse expands."""
     name = arg.split("=", 1)[0]
     if not name.startswith("--") or len(name) < 3:
         return None
-    if name in PLATFORM_FLAGS:
+    if name in flags:
         return name
-    matches = [f for f in PLATFORM_FLAGS if f.startswith(name)]
+    matches = [f for f in flags if f.startswith(name)]
     return matches[0] if len(matches) == 1 else None
 
 
-class JobSettings(Section):
-    """What every TrainJob has; :class:`DdpJobSettings` and :class:`FsdpJobSettings` only change
-    defaults and descriptions (and FSDP adds ``model``)."""
+class JobBase(Section):
+    """What every TrainJob has: nodes, instance type, image, placement, extra arguments.
+    ``PLATFORM_FLAGS``: the program's flags the platform sets (refused in ``extraArgs``)."""
 
+    PLATFORM_FLAGS: ClassVar[Mapping[str, str]] = PLATFORM_FLAGS
     enabled: Bool = opt(False, "create the TrainJob")
     num_nodes: Int = opt(2, "nodes (pods) in the job", check=_range(1, 1000))
     instance_type: str = opt("g5.xlarge", "GPU instance type of each node", check=_IN_CATALOG)
     gpus_per_node: Int | None = opt(None, "GPUs (processes) per node; unset = all GPUs of the type", check=_range(1))
-    epochs: Int = opt(3, "training epochs", check=_range(1, 10000))
     image: str | None = opt(None, "training image; unset = the image the stack builds from workloads/Dockerfile into its own ECR repository (docs/images.md)", check=_IMAGE_CHECK)
     availability_zone: str | None = opt(None, "pin the job's nodes to one AZ (an EFA job: efa.availabilityZone)", check=_pattern(_AZ_RE, "an AZ name such as us-west-2a"))
-    extra_args: list[str] = opt([], "extra command-line arguments for the training program (not the flags the platform sets: --epochs, --checkpoint-dir, --data-dir, --model, --data-file)")
+    extra_args: list[str] = opt([], "extra command-line arguments for the training program (not the flags the platform sets: --epochs, --checkpoint-dir; DDP: --synthetic, --data-dir; FSDP: --model, --dataset-dir, --model-dir)")
+    active_deadline_seconds: Int | None = opt(
+        None, "runaway guard: the TrainJob fails (DeadlineExceeded) this many seconds after it starts; unset = no limit (Trainer v2.3.0 only: docs/runbook.md)", check=_range(1)
+    )
 
     def problems(self, path: str) -> Iterator[ConfigError]:
         if self.gpus_per_node is not None and self.instance_type in catalog.catalog():
@@ -379,12 +406,12 @@ class JobSettings(Section):
         if self.image is not None and (self.image.endswith(":latest") or ":" not in self.image.rsplit("/", 1)[-1]):
             yield ConfigError(f"{path}.image", self.image, "allowed: an image with a pinned tag or digest (not latest)")
         for i, arg in enumerate(self.extra_args):
-            flag = _platform_flag(arg)
+            flag = _platform_flag(arg, self.PLATFORM_FLAGS)
             if flag is None:
                 continue
             name = arg.split("=", 1)[0]
             what = flag if name == flag else f"{name} (argparse reads it as {flag})"
-            setter = PLATFORM_FLAGS[flag]
+            setter = self.PLATFORM_FLAGS[flag]
             if setter in type(self).model_fields:
                 how = f"from {path}.{camel(setter)}; allowed: other flags of the training program (set {path}.{camel(setter)} instead)"
             elif flag == "--model":
@@ -394,7 +421,19 @@ class JobSettings(Section):
             yield ConfigError(f"{path}.extraArgs[{i}]", arg, f"{what} is set by the platform {how}")
 
 
+class JobSettings(JobBase):
+    """A training job; :class:`DdpJobSettings`, :class:`FsdpJobSettings` and
+    :class:`TfJobSettings` change defaults and descriptions (and FSDP adds ``model`` and ``dataset``)."""
+
+    epochs: Int = opt(3, "training epochs", check=_range(1, 10000))
+
+
 class DdpJobSettings(JobSettings):
+    """MNIST-shaped classification on generated digits (``--synthetic``): the job needs no
+    download at all, so it runs on the runtime without initializers. (MNIST on the hub is
+    PNG images inside parquet, which would need an image decoder in the training image.)"""
+
+    PLATFORM_FLAGS: ClassVar[Mapping[str, str]] = DDP_PLATFORM_FLAGS
     enabled: Bool = opt(False, "create the DDP (MNIST) TrainJob")
 
 
@@ -402,7 +441,66 @@ class FsdpJobSettings(JobSettings):
     enabled: Bool = opt(False, "create the FSDP (T5) TrainJob")
     instance_type: str = opt("g5.12xlarge", "GPU instance type of each node", check=_IN_CATALOG)
     epochs: Int = opt(1, "training epochs", check=_range(1, 10000))
-    model: str = opt("google-t5/t5-large", "Hugging Face model id to fine-tune", check=_MODEL_CHECK)
+    PLATFORM_FLAGS: ClassVar[Mapping[str, str]] = FSDP_PLATFORM_FLAGS
+    model: str = opt("google-t5/t5-large", "Hugging Face model id to fine-tune; the Trainer's model initializer downloads hf://<model> before the job starts", check=_MODEL_CHECK)
+    dataset: str = opt(
+        "FiscalNote/billsum",
+        "Hugging Face dataset (owner/name or hf://owner/name) the Trainer's dataset initializer downloads before the job starts; parquet or JSON lines with text and summary columns",
+        check=_DATASET_CHECK,
+    )
+
+    def dataset_uri(self) -> str:
+        return hf_uri(self.dataset)
+
+    def model_uri(self) -> str:
+        return hf_uri(self.model)
+
+
+class TfJobSettings(JobSettings):
+    """TensorFlow MultiWorkerMirroredStrategy MNIST on the tensorflow-distributed runtime: one
+    TensorFlow worker per node driving all the node's GPUs."""
+
+    PLATFORM_FLAGS: ClassVar[Mapping[str, str]] = {f: PLATFORM_FLAGS[f] for f in ("--epochs", "--checkpoint-dir")}
+    enabled: Bool = opt(False, "create the TensorFlow (MNIST, MultiWorkerMirroredStrategy) TrainJob")
+    gpus_per_node: Int | None = opt(None, "GPUs per node (one TensorFlow worker per node uses them all); unset = all GPUs of the type", check=_range(1))
+    image: str | None = opt(versions.TENSORFLOW_RUNTIME_IMAGE, "TensorFlow image (the program needs only TensorFlow); default: the tensorflow-distributed runtime's pinned image", check=_IMAGE_CHECK)
+    extra_args: list[str] = opt([], "extra command-line arguments for tf_mnist.py (not the flags the platform sets: --epochs, --checkpoint-dir)")
+
+    def problems(self, path: str) -> Iterator[ConfigError]:
+        yield from super().problems(path)
+        if self.image is None:  # the stack's own image is a PyTorch image
+            yield ConfigError(f"{path}.image", None, "allowed: a TensorFlow image with a pinned tag or digest (the stack's built image has no TensorFlow)")
+
+
+class NcclCheckSettings(JobBase):
+    """The all-reduce bandwidth check (workloads/programs/allreduce_check.py): fails (exit 3, not
+    retried) when the bus bandwidth at its largest message size is below the pass mark."""
+
+    PLATFORM_FLAGS: ClassVar[Mapping[str, str]] = {"--min-busbw-gbps": "min_bus_bw_g_bps"}
+    enabled: Bool = opt(False, "create the all-reduce bandwidth check TrainJob (run it before big jobs)")
+    num_nodes: Int = opt(2, "nodes (pods) the all-reduce spans (at least 2: the check is of the network between nodes)", check=_range(2, 1000))
+    instance_type: str = opt("p5.48xlarge", "GPU instance type of each node", check=_IN_CATALOG)
+    min_bus_bw_g_bps: Float | None = opt(
+        None,
+        "pass mark: bus bandwidth (GB/s, as nccl-tests' busbw) the all-reduce must reach at its largest message size; unset = the GPU catalog's figure for the type (p5.48xlarge: 400)",
+        check=SchemaCheck(lambda v: None if v >= 0 else "allowed: a bandwidth in GB/s >= 0", {"minimum": 0}),
+    )
+    extra_args: list[str] = opt([], "extra command-line arguments for allreduce_check.py such as --max-bytes 4G (not --min-busbw-gbps: set minBusBwGBps)")
+
+    def problems(self, path: str) -> Iterator[ConfigError]:
+        yield from super().problems(path)
+        if self.enabled and self.min_bus_bw_g_bps is None and self.instance_type in catalog.catalog() and self.pass_mark_gbps() is None:
+            known = ", ".join(f"{n} ({i.min_allreduce_busbw_gbps:g})" for n, i in catalog.catalog().items() if i.min_allreduce_busbw_gbps is not None)
+            yield ConfigError(
+                f"{path}.minBusBwGBps", None,
+                f"required for {self.instance_type}: the GPU catalog has no published all-reduce figure for it (it has: {known}); allowed: a bus bandwidth in GB/s such as 50",
+            )
+
+    def pass_mark_gbps(self) -> float | None:
+        """The configured pass mark, else the catalog's figure for the instance type."""
+        if self.min_bus_bw_g_bps is not None:
+            return self.min_bus_bw_g_bps
+        return catalog.lookup(self.instance_type).min_allreduce_busbw_gbps
 
 
 class CheckpointStorageSettings(Section):
@@ -419,6 +517,11 @@ def system_namespaces() -> dict[str, str]:
     reserved = {"kube-system": "Kubernetes system components", "kube-public": "cluster-wide public data", "kube-node-lease": "node heartbeats", "default": "the namespace of everything unplaced"}
     reserved[KARPENTER_NAMESPACE] = (reserved.get(KARPENTER_NAMESPACE, "") + " and Karpenter").removeprefix(" and ")
     reserved[TRAINER_NAMESPACE] = "the Kubeflow Trainer controller"
+    reserved["kueue-system"] = "the Kueue controller"  # k8s/kueue.py KUEUE_NAMESPACE
+    reserved["tenant-storage"] = "the job that creates the teams' checkpoint directories"  # k8s/tenants.py STORAGE_NAMESPACE
+    reserved["amazon-cloudwatch"] = "the CloudWatch agent and Fluent Bit (observability add-on)"  # infra/observability.py
+    reserved["monitoring"] = "Prometheus, Grafana and dcgm-exporter (observability.mode prometheus)"  # k8s/observability.py
+    reserved["platform-ops"] = "the GPU smoke check and the finished-TrainJob cleanup"  # k8s/observability.py OPS_NAMESPACE
     return reserved
 
 
@@ -427,14 +530,107 @@ class TrainJobsSettings(Section):
     checkpoint_storage: CheckpointStorageSettings = opt(CheckpointStorageSettings(), "checkpoint volume")
     ddp: DdpJobSettings = opt(DdpJobSettings(), "DDP MNIST job")
     fsdp: FsdpJobSettings = opt(FsdpJobSettings(), "FSDP T5 job")
+    tf: TfJobSettings = opt(TfJobSettings(), "TensorFlow MNIST job")
+    nccl_check: NcclCheckSettings = opt(NcclCheckSettings(), "all-reduce bandwidth check")
+    hf_token_secret: str | None = opt(
+        None,
+        "name of a Secret in the jobs' namespace holding a Hugging Face token under the key ACCESS_TOKEN (for gated or private repos); the initializers get it as a secretRef, the stack never holds the token",
+        check=_SECRET_NAME_CHECK,
+    )
+    finished_job_retention: str = opt(
+        "168h",
+        "finished (Complete or Failed) TrainJobs that the stack does not manage (trainctl's, the teams') are deleted this long after they finish, by an hourly CronJob; Never keeps them",
+        check=_pattern(_DURATION_RE, "Never or a duration such as 168h or 30m"),
+    )
 
     def problems(self, path: str) -> Iterator[ConfigError]:
         reserved = system_namespaces()
         if self.namespace in reserved:
             yield ConfigError(f"{path}.namespace", self.namespace, f"a system namespace ({reserved[self.namespace]}); allowed: a namespace of the platform's own such as training, not {', '.join(sorted(reserved))}")
 
-    def jobs(self) -> dict[str, DdpJobSettings | FsdpJobSettings]:
-        return {name: job for name, job in (("ddp", self.ddp), ("fsdp", self.fsdp)) if job.enabled}
+    def jobs(self) -> dict[str, JobBase]:
+        """The enabled jobs by config key (ddp, fsdp, tf, ncclCheck)."""
+        every: dict[str, JobBase] = {"ddp": self.ddp, "fsdp": self.fsdp, "tf": self.tf, "ncclCheck": self.nccl_check}
+        return {name: job for name, job in every.items() if job.enabled}
+
+
+# --- teams (tenants) and Kueue --------------------------------------------------------------
+
+
+class TenantSettings(Section):
+    """One team: its namespace, GPU quota and the IAM principals that act in its namespace."""
+
+    gpu_quota: Int | None = opt(
+        None, "GPUs the team is guaranteed in each GPU pool (required): its ClusterQueue's nominal quota with Kueue, its namespace's ResourceQuota without", check=_range(1)
+    )
+    principal_arns: list[str] = opt(
+        [], "IAM roles/users of the team: an access entry each, in a Kubernetes group bound to the team's Role in its namespace only", check=_pattern(_ARN_PRINCIPAL_RE, "IAM role or user ARNs such as arn:aws:iam::123456789012:role/VisionTeam")
+    )
+    cpu_quota: str | None = opt(None, "CPU the team may request; unset = what its GPUs bring on the pools' nodes (vCPUs per GPU of the largest ratio)", check=_quantity)
+    memory_quota: str | None = opt(None, "memory the team may request; unset = what its GPUs bring on the pools' nodes", check=_quantity)
+    namespace: str | None = opt(None, "the team's namespace; unset = the team name", check=_pattern(_DNS_LABEL_RE, "a DNS label such as vision"))
+    namespace_view_policy: Bool = opt(
+        False, "also associate the AWS-managed AmazonEKSViewPolicy, scoped to the team's namespace: read access to every object there except Secrets (more than the team's Role grants)"
+    )
+
+    def problems(self, path: str) -> Iterator[ConfigError]:
+        if self.gpu_quota is None:
+            yield ConfigError(f"{path}.gpuQuota", None, "required: the GPUs the team is guaranteed, an integer >= 1")
+        if _unique(self.principal_arns):
+            yield ConfigError(f"{path}.principalArns", self.principal_arns, "allowed: a list without duplicates")
+
+
+class TenantsSettings(RootModel[dict[str, TenantSettings]]):
+    """``training-platform:tenants``: team name -> :class:`TenantSettings`."""
+
+    model_config = ConfigDict(frozen=True)
+    KEY_NAME: ClassVar[str] = "<team>"
+
+    def problems(self, path: str) -> Iterator[ConfigError]:
+        for team, tenant in self.root.items():
+            if not _DNS_LABEL_RE.match(team):
+                yield ConfigError(f"{path}.{team}", team, "a team name must be a DNS label (it names the team's Kubernetes objects and default namespace); allowed: lower-case letters, digits and '-', such as vision")
+            yield from problems_of(tenant, f"{path}.{team}")
+
+    def teams(self) -> dict[str, TenantSettings]:
+        return dict(self.root)
+
+    def namespace_of(self, team: str) -> str:
+        return self.root[team].namespace or team
+
+
+class KueueSettings(Section):
+    enabled: Bool | None = opt(
+        None, "Kueue queues every TrainJob (teams' and the stack's) in one cohort; unset = on when tenants are configured and trainer.version supports it (not v2.1.0)"
+    )
+    pods_ready_timeout: str = opt(
+        "30m", "an admitted TrainJob whose pods are not all running by then is suspended and requeued (all-or-nothing: waitForPodsReady.timeout)", check=_pattern(re.compile(r"^(\d+(s|m|h))+$"), "a duration such as 30m or 1h")
+    )
+
+
+# --- observability and smoke checks ---------------------------------------------------------
+
+# CloudWatch Logs retention periods: the values PutRetentionPolicy accepts for retentionInDays
+# (CloudWatch Logs API Reference, PutRetentionPolicy; the same list as network.flowLogRetentionDays).
+LOG_RETENTION_DAYS = _FLOW_LOG_RETENTION[1:]
+
+
+class ObservabilitySettings(Section):
+    mode: str = opt(
+        "cloudwatch",
+        "metrics and logs: the amazon-cloudwatch-observability EKS add-on (Container Insights with GPU/EFA metrics, Fluent Bit logs) and a CloudWatch dashboard; prometheus: dcgm-exporter and kube-prometheus-stack; none: neither",
+        choices=("cloudwatch", "prometheus", "none"),
+    )
+    log_retention_days: Int = opt(
+        30,
+        "days CloudWatch keeps the Container Insights log groups (application, dataplane, host, performance); cloudwatch mode",
+        check=SchemaCheck(lambda v: None if v in LOG_RETENTION_DAYS else "allowed: a CloudWatch Logs retention: " + ", ".join(map(str, LOG_RETENTION_DAYS)), {"enum": list(LOG_RETENTION_DAYS)}),
+    )
+
+
+class SmokeChecksSettings(Section):
+    enabled: Bool = opt(False, "run a one-shot GPU check at deploy (nvidia-smi and a small CUDA matmul on a gpu-pool node); pulumi up waits for it to pass")
+    instance_type: str | None = opt(None, "GPU instance type for the check; unset = the gpu-pool's type with the fewest GPUs", check=_IN_CATALOG)
 
 
 # --- the whole stack -------------------------------------------------------------------------
@@ -450,6 +646,10 @@ class StackConfig(Section):
     efa: EfaSettings = Field(default_factory=EfaSettings, description="EFA networking for multi-node jobs")
     trainer: TrainerSettings = Field(default_factory=TrainerSettings, description="Kubeflow Trainer")
     trainjobs: TrainJobsSettings = Field(default_factory=TrainJobsSettings, description="training jobs and their checkpoint storage")
+    tenants: TenantsSettings = Field(default_factory=lambda: TenantsSettings({}), description="teams: a namespace, quotas, network isolation and namespace-scoped access each (map of team name to settings)")
+    kueue: KueueSettings = Field(default_factory=KueueSettings, description="Kueue job queueing (quotas with borrowing, all-or-nothing admission)")
+    observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings, description="metrics, logs and the dashboard (CloudWatch, Prometheus or none)")
+    smoke_checks: SmokeChecksSettings = Field(default_factory=SmokeChecksSettings, description="deploy-time GPU smoke check")
 
 
 SECTIONS: dict[str, type[Section]] = {cast(str, f.alias): cast(type[Section], f.annotation) for f in StackConfig.model_fields.values()}
@@ -470,6 +670,13 @@ class Settings(StackConfig):
         zones = [self.efa.availability_zone] if self.efa.enabled and self.efa.availability_zone else []
         zones += [j.availability_zone for j in self.trainjobs.jobs().values() if j.availability_zone]
         return list(dict.fromkeys(zones))
+
+    @property
+    def kueue_enabled(self) -> bool:
+        """Kueue as configured, else on when teams exist and the Trainer has ``runtimePatches``."""
+        if self.kueue.enabled is not None:
+            return self.kueue.enabled
+        return bool(self.tenants.root) and self.trainer.version not in KUEUE_INCOMPATIBLE_TRAINERS
 
 
 def load_settings(raw: Mapping[str, Any], *, stack: str, region: str) -> Settings:
@@ -502,7 +709,19 @@ def load_settings(raw: Mapping[str, Any], *, stack: str, region: str) -> Setting
             errors += [e for e in rule(settings) if not any(_same_or_within(e.key, r) for r in reported)]
     if errors:
         raise ConfigErrors(errors)
-    return settings
+    return _with_job_runtimes(settings)
+
+
+def _with_job_runtimes(settings: Settings) -> Settings:
+    """``trainer.runtimes`` plus the runtimes the enabled jobs run on: a stack file that lists
+    runtimes and enables a job whose runtime it does not list (an FSDP job, which now runs on the
+    runtime with initializers) keeps working."""
+    needed = [job_runtime(name) for name in settings.trainjobs.jobs()]
+    missing = [r for r in dict.fromkeys(needed) if r not in settings.trainer.runtimes]
+    if not missing:
+        return settings
+    trainer = settings.trainer.model_copy(update={"runtimes": [*settings.trainer.runtimes, *missing]})
+    return settings.model_copy(update={"trainer": trainer})
 
 
 def _same_or_within(key: str, reported: str) -> bool:
@@ -575,11 +794,70 @@ def _job_rules(s: Settings) -> Iterator[ConfigError]:
         if job.instance_type not in pool_types:
             yield ConfigError(f"{key}.instanceType", job.instance_type, "not allowed by the gpu-pool (gpuPool.instanceCategories/instanceFamilies/instanceTypes); allowed: " + ", ".join(sorted(pool_types)))
             continue
-        if "torch-distributed-gpu" not in s.trainer.runtimes:
-            yield ConfigError(f"{key}.enabled", True, "the job needs runtime torch-distributed-gpu; add it to trainer.runtimes")
         gpus = job_gpus_per_node(job)
         if job.num_nodes * gpus > s.gpu_pool.gpu_limit and not (s.efa.enabled and job.instance_type in s.efa.instance_types):
             yield ConfigError(f"{key}.numNodes", job.num_nodes, f"the job needs {job.num_nodes * gpus} GPUs but gpuPool.gpuLimit is {s.gpu_pool.gpu_limit}; allowed: at most {s.gpu_pool.gpu_limit // gpus} nodes")
+
+
+# Kueue 0.19 records its admission (node selectors, tolerations) in TrainJob.spec.runtimePatches
+# (kubernetes-sigs/kueue v0.19.2 pkg/controller/jobs/trainjob/trainjob_controller.go,
+# RunWithPodSetsInfo; its webhook adds the entry, trainjob_webhook.go Default), a field
+# Trainer v2.1.0's TrainJob does not have (it has podTemplateOverrides): there Kueue cannot start jobs.
+KUEUE_INCOMPATIBLE_TRAINERS = ("v2.1.0",)
+
+
+def _tenant_rules(s: Settings) -> Iterator[ConfigError]:
+    tenants = s.tenants.teams()
+    version = s.trainer.version
+    if s.kueue.enabled and version in KUEUE_INCOMPATIBLE_TRAINERS:
+        yield ConfigError(
+            "kueue.enabled", True,
+            f"Kueue 0.19 writes its placement into TrainJob.spec.runtimePatches, which Trainer {version} lacks (it has podTemplateOverrides); "
+            "allowed: false (teams then get a namespace ResourceQuota only: a hard GPU cap, no queueing or borrowing), or trainer.version v2.3.0",
+        )
+    if not tenants:
+        return
+    if s.gpu_pool.mode == "auto":
+        # the VPC CNI network-policy agent is switched on through the vpc-cni add-on (karpenter mode);
+        # Auto Mode nodes enforce policies only with a NodeClass that enables them (EKS User Guide,
+        # "Use Network Policies with EKS Auto Mode"), and the gpu-pool uses Auto Mode's default one
+        yield ConfigError("tenants", sorted(tenants), "teams are isolated by NetworkPolicy, which EKS Auto Mode's default NodeClass does not enforce; allowed: gpuPool.mode karpenter, or no tenants")
+    reserved = system_namespaces()
+    owner: dict[str, str] = {}
+    admins = set(s.cluster.admin_principal_arns)
+    part = aws_facts.partition(s.region) if aws_facts.is_known_region(s.region) else None
+    principals: dict[str, str] = {}
+    for team, t in tenants.items():
+        ns = s.tenants.namespace_of(team)
+        key = f"tenants.{team}.namespace" if t.namespace else f"tenants.{team}"
+        if ns in reserved:
+            yield ConfigError(key, ns, f"a system namespace ({reserved[ns]}); allowed: a namespace of the team's own (set tenants.{team}.namespace)")
+        elif ns == s.trainjobs.namespace:
+            # the training namespace mounts the whole checkpoint file system (every team's directory)
+            yield ConfigError(key, ns, "the stack's own training namespace (trainjobs.namespace), whose checkpoint claim is the whole file system; allowed: a namespace of the team's own")
+        elif ns in owner:
+            yield ConfigError(key, ns, f"already the namespace of team {owner[ns]}; allowed: one namespace per team")
+        owner.setdefault(ns, team)
+        for i, arn in enumerate(t.principal_arns):
+            pkey = f"tenants.{team}.principalArns[{i}]"
+            if arn in admins:
+                # one access entry per principal and cluster: a cluster admin's entry already grants everything
+                yield ConfigError(pkey, arn, "already a cluster admin (cluster.adminPrincipalArns); allowed: a principal that is not (EKS allows one access entry per principal)")
+            elif arn in principals:
+                yield ConfigError(pkey, arn, f"already a principal of team {principals[arn]}; allowed: each principal in one team (EKS allows one access entry per principal)")
+            elif part is not None and arn.split(":")[1] != part:
+                yield ConfigError(pkey, arn, f"allowed: an ARN of the region's partition ({s.region} is in {part}: arn:{part}:iam::...)")
+            principals.setdefault(arn, team)
+    # Nominal quotas are guarantees: Kueue admits against quota, not against nodes, so quotas
+    # above what a pool may launch (gpuPool.gpuLimit caps each NodePool) would admit jobs whose
+    # pods wait for nodes that never come. Idle guaranteed GPUs are still lent (one cohort).
+    total = sum(t.gpu_quota or 0 for t in tenants.values())
+    if total > s.gpu_pool.gpu_limit:
+        quotas = {team: t.gpu_quota for team, t in tenants.items()}
+        yield ConfigError(
+            "tenants", quotas,
+            f"the teams' GPU quotas add up to {total}, more than a GPU pool may hold (gpuPool.gpuLimit {s.gpu_pool.gpu_limit}); allowed: quotas that add up to at most gpuPool.gpuLimit (or raise it)",
+        )
 
 
 # (sections the rule reads, whether it needs a known aws:region, the rule)
@@ -588,9 +866,41 @@ _RULES: list[tuple[tuple[str, ...], bool, Callable[[Settings], Iterator[ConfigEr
     (("cluster",), True, _arn_rules),
     (("network", "efa", "trainjobs"), True, _zone_rules),
     (("gpuPool", "efa", "trainer", "trainjobs"), False, _job_rules),
+    (("cluster", "gpuPool", "trainer", "trainjobs", "tenants", "kueue"), False, _tenant_rules),
+    (("trainer", "trainjobs", "gpuPool", "smokeChecks"), False, lambda s: _lifecycle_rules(s)),
 ]
 
 
-def job_gpus_per_node(job: JobSettings) -> int:
+# TrainJob.spec.activeDeadlineSeconds exists from Trainer v2.2.0 (kubeflow/trainer #3258) and is in
+# the v2.3.0 CRD (trainer.kubeflow.org_trainjobs.yaml: int64, minimum 1, immutable); the v2.1.0 CRD
+# has no such field, and the API server would drop it silently.
+DEADLINE_INCOMPATIBLE_TRAINERS = ("v2.1.0",)
+
+
+def _lifecycle_rules(s: Settings) -> Iterator[ConfigError]:
+    if s.trainer.version in DEADLINE_INCOMPATIBLE_TRAINERS:
+        for name, job in s.trainjobs.jobs().items():
+            if job.active_deadline_seconds is not None:
+                yield ConfigError(
+                    f"trainjobs.{name}.activeDeadlineSeconds", job.active_deadline_seconds,
+                    f"Trainer {s.trainer.version}'s TrainJob has no activeDeadlineSeconds (it came with v2.2.0); allowed: unset, or trainer.version v2.3.0 "
+                    "(on v2.1.0 stop a runaway job by hand: docs/runbook.md, 'Runaway jobs')",
+                )
+    check_type = s.smoke_checks.instance_type
+    if s.smoke_checks.enabled and check_type is not None:
+        pool = {i.name for i in s.gpu_pool.allowed_types()}
+        if check_type not in pool:
+            yield ConfigError("smokeChecks.instanceType", check_type, "not allowed by the gpu-pool; allowed: " + ", ".join(sorted(pool)))
+
+
+def job_runtime(kind: str) -> str:
+    """The ClusterTrainingRuntime (base name) the job of config key ``kind`` runs on: the
+    workload registry (workloads/trainjob.py WORKLOADS) says."""
+    from workloads.trainjob import WORKLOADS  # lazily: the workloads import this module
+
+    return WORKLOADS[kind].runtime
+
+
+def job_gpus_per_node(job: JobBase) -> int:
     """GPUs (and processes) per node: configured, else every GPU of the instance type."""
     return job.gpus_per_node if job.gpus_per_node is not None else catalog.lookup(job.instance_type).gpus

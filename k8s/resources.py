@@ -19,6 +19,7 @@ _BUILTIN_GROUPS = {
     "scheduling.k8s.io/v1": ("scheduling", "v1"),
     "policy/v1": ("policy", "v1"),
     "batch/v1": ("batch", "v1"),
+    "networking.k8s.io/v1": ("networking", "v1"),
 }
 
 

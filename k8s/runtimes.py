@@ -13,6 +13,13 @@ Every runtime shares the same policies:
 * no EFA environment: a TrainJob adds it only when it really gets EFA devices;
 * no ``ttlSecondsAfterFinished`` (it makes TrainJobs recreate their JobSet).
 
+``torch-distributed-gpu-hf`` is the torch runtime plus the Trainer's dataset and model
+initializers (:func:`initializer_job`): the node job ``dependsOn`` both (``status: Complete``), so
+they download before any GPU pod starts. It is a runtime of its own because the Trainer never
+drops a runtime's initializer jobs: on a TrainJob without ``spec.initializer`` they run anyway and
+fail on the missing STORAGE_URI (see ``k8s.trainer_api``), so jobs that need no download (the DDP
+job, teams' own jobs) stay on ``torch-distributed-gpu``.
+
 Names. Parts of a ClusterTrainingRuntime are immutable (the CRD's CEL rules ``self == oldSelf``
 on ``spec.template.spec`` ``failurePolicy``, ``network``, ``startupPolicy``, ``successPolicy``,
 ``volumeClaimPolicies`` and each replicated job's ``dependsOn``, Trainer v2.1.0 and v2.3.0): an
@@ -34,9 +41,11 @@ import pathlib
 from typing import Any
 
 import versions
+from infra.cluster import NODE_ROLE_LABEL
 from infra.settings import TrainerSettings
 from k8s import trainer_api
 from k8s.gpu_objects import GPU_TOLERATION, POOL_LABEL
+from k8s.tenants import CHECKPOINT_CLAIM  # the RWX claim every jobs' namespace has
 
 NON_RETRYABLE_EXIT_CODES = [2, 3]
 SHM_VOLUME = "dshm"
@@ -61,6 +70,26 @@ EFA_ENV = [
     {"name": "NCCL_NET_GDR_LEVEL", "value": "SYS"},
 ]
 BASE_ENV = [{"name": "PYTHONUNBUFFERED", "value": "1"}, {"name": "NCCL_DEBUG", "value": "WARN"}]
+
+# Initializers write under /workspace (k8s.trainer_api.INITIALIZER_WORKSPACE). Their volume is the
+# namespace's RWX checkpoint claim, not a per-job scratch claim: it outlives the JobSet, so a
+# whole-job restart (which re-creates every replicated job, initializers included) finds the files
+# there and the hub client skips what it already has (a ``local_dir`` download keeps per-file
+# metadata under ``<local_dir>/.cache/huggingface`` and skips a file whose etag is unchanged:
+# huggingface_hub PR #2223, v0.23+; the initializer images pin 0.27 (v2.1.0
+# cmd/initializers/*/requirements.txt) and 1.24 (v2.3.0 uv.lock)), and the data sits next to the checkpoints
+# it produced. Each TrainJob gets its own directory ``initialized/<TrainJob name>``, through
+# ``subPathExpr`` on the pod's JobSet name: the Trainer names the JobSet after the TrainJob
+# (kubeflow/trainer pkg/runtime/framework/plugins/jobset/jobset.go ``Build``, v2.1.0 and v2.3.0) and
+# JobSet labels every pod with it (kubernetes-sigs/jobset api/jobset/v1alpha2 ``JobSetNameKey``,
+# docs/concepts). The trainer pods read the same directory through the TrainJob's mount of the
+# claim (workloads/trainjob.py ``initialized_dir``).
+INITIALIZED_ROOT = "initialized"
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+TRAINJOB_NAME_ENV = "TRAINJOB_NAME"
+# small, CPU-only pods on the system node groups (the images are multi-arch): no GPU node is
+# started or held for a download
+INITIALIZER_RESOURCES = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "4Gi"}}
 
 
 def failure_policy(max_restarts: int) -> dict:
@@ -120,8 +149,48 @@ def content_name(base: str, manifest: dict) -> str:
     return f"{base}-{digest[:8]}"
 
 
-def runtime(*, name: str, framework: str, trainer: TrainerSettings, image: str, ml_policy: dict, command: list[str] | None = None, extra_env: list[dict] | None = None) -> dict:
-    """A ClusterTrainingRuntime named ``<name>-<hash of its immutable parts>``."""
+def initialized_subpath(trainjob_name: str) -> str:
+    """The claim sub-directory the initializers of a TrainJob write to."""
+    return f"{INITIALIZED_ROOT}/{trainjob_name}"
+
+
+def initializer_job(*, kind: str, image: str) -> dict:
+    """Replicated job ``dataset-initializer`` or ``model-initializer``: the upstream image with its
+    own entrypoint, the ancestor label and container name the Trainer looks for, the volume named
+    ``initializer`` mounted at /workspace. One pod, no in-place retries: a failed download fails
+    the Job and the JobSet failure policy restarts the group (a restart of nothing but downloads)."""
+    name = {"dataset": trainer_api.DATASET_INITIALIZER, "model": trainer_api.MODEL_INITIALIZER}[kind]
+    container = {
+        "name": name,
+        "image": image,
+        "env": [{"name": TRAINJOB_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{JOBSET_NAME_LABEL}']"}}}],
+        "resources": INITIALIZER_RESOURCES,
+        "volumeMounts": [{"name": trainer_api.INITIALIZER_VOLUME, "mountPath": trainer_api.INITIALIZER_WORKSPACE, "subPathExpr": f"{INITIALIZED_ROOT}/$({TRAINJOB_NAME_ENV})"}],
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+    }
+    pod_spec = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "nodeSelector": {NODE_ROLE_LABEL: "system"},
+        "containers": [container],
+        "volumes": [{"name": trainer_api.INITIALIZER_VOLUME, "persistentVolumeClaim": {"claimName": CHECKPOINT_CLAIM}}],
+    }
+    return {
+        "name": name,
+        "replicas": 1,
+        # do-not-disrupt as on every pod of a runtime: an evicted download fails the Job and costs a restart
+        "template": {"metadata": {"labels": {ANCESTOR_LABEL: name}}, "spec": {"backoffLimit": 0, "template": {"metadata": {"annotations": dict(DO_NOT_DISRUPT)}, "spec": pod_spec}}},
+    }
+
+
+def runtime(
+    *, name: str, framework: str, trainer: TrainerSettings, image: str, ml_policy: dict, command: list[str] | None = None, extra_env: list[dict] | None = None,
+    initializers: dict[str, str] | None = None,
+) -> dict:
+    """A ClusterTrainingRuntime named ``<name>-<hash of its immutable parts>``. ``initializers``:
+    kind (``dataset``, ``model``) -> image; the node job then ``dependsOn`` their completion
+    (JobSet ``dependsOn`` names earlier replicated jobs: they come first)."""
     env = BASE_ENV + (extra_env or [])
     pod_spec = {
         "restartPolicy": "Never",
@@ -144,13 +213,16 @@ def runtime(*, name: str, framework: str, trainer: TrainerSettings, image: str, 
             },
         },
     }
+    pre_jobs = [initializer_job(kind=kind, image=img) for kind, img in (initializers or {}).items()]
+    if pre_jobs:
+        job = {"name": job["name"], "dependsOn": [{"name": j["name"], "status": "Complete"} for j in pre_jobs], **{k: v for k, v in job.items() if k != "name"}}
     manifest = {
         "apiVersion": trainer_api.API_VERSION,
         "kind": "ClusterTrainingRuntime",
         "metadata": {"name": name, "labels": {FRAMEWORK_LABEL: framework, RUNTIME_LABEL: name}, "annotations": dict(SKIP_AWAIT)},
         "spec": {
             "mlPolicy": {"numNodes": 1, **ml_policy},
-            "template": {"spec": {"failurePolicy": failure_policy(trainer.max_restarts), "replicatedJobs": [job]}},
+            "template": {"spec": {"failurePolicy": failure_policy(trainer.max_restarts), "replicatedJobs": [*pre_jobs, job]}},
         },
     }
     manifest["metadata"]["name"] = content_name(name, manifest)
@@ -161,6 +233,15 @@ def torch_runtime(trainer: TrainerSettings) -> dict:
     return runtime(
         name="torch-distributed-gpu", framework="torch", trainer=trainer, image=versions.TORCH_RUNTIME_IMAGE,
         ml_policy={"torch": trainer_api.torch_ml_policy(trainer.version)},
+    )
+
+
+def torch_hf_runtime(trainer: TrainerSettings) -> dict:
+    """The torch runtime with the Trainer's Hugging Face dataset and model initializers (images
+    of the installed Trainer release); TrainJobs on it set ``spec.initializer`` with both."""
+    return runtime(
+        name="torch-distributed-gpu-hf", framework="torch", trainer=trainer, image=versions.TORCH_RUNTIME_IMAGE,
+        ml_policy={"torch": trainer_api.torch_ml_policy(trainer.version)}, initializers=dict(versions.INITIALIZER_IMAGES[trainer.version]),
     )
 
 
@@ -188,7 +269,7 @@ def tensorflow_runtime(trainer: TrainerSettings) -> dict:
     )
 
 
-BUILDERS = {"torch-distributed-gpu": torch_runtime, "deepspeed-distributed-gpu": deepspeed_runtime, "tensorflow-distributed": tensorflow_runtime}
+BUILDERS = {"torch-distributed-gpu": torch_runtime, "torch-distributed-gpu-hf": torch_hf_runtime, "deepspeed-distributed-gpu": deepspeed_runtime, "tensorflow-distributed": tensorflow_runtime}
 
 
 def runtimes(trainer: TrainerSettings) -> dict[str, dict]:

@@ -5,12 +5,16 @@ Everything comes from what the Trainer injects into each node: ``PET_NNODES`` (n
 ``<pod-host>.<subdomain>``). Worker hosts are node 0's name with its pod index replaced, so no
 worker count is written by hand and no job name is assumed.
 
+A master address that is an IP address means every node runs on that one host (the local
+emulator, tools/emulate.py): the workers then listen on consecutive ports from ``TF_PORT``.
+
 Run as a program it prints TF_CONFIG for the current node, or with ``-- CMD ...`` exports it and
 execs the command.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import sys
@@ -20,6 +24,13 @@ TF_PORT = 2222
 
 
 def worker_hosts(*, nnodes: int, master_addr: str, port: int = TF_PORT) -> list[str]:
+    try:
+        ip = ipaddress.ip_address(master_addr)
+    except ValueError:
+        ip = None
+    if ip is not None:  # one host: one port per worker
+        host = f"[{ip}]" if ip.version == 6 else str(ip)
+        return [f"{host}:{port + i}" for i in range(nnodes)]
     host, dot, domain = master_addr.partition(".")
     stem, sep, index = host.rpartition("-")
     if not sep or index != "0":

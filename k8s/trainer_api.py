@@ -17,6 +17,42 @@ API_VERSION = "trainer.kubeflow.org/v1alpha1"
 PATCH_MANAGER = "training-platform.io/trainjobs"
 TRAINER_JOB = "node"
 
+# Initializers (the same in v2.1.0 and v2.3.0). The JobSet plugin fills the replicated job whose
+# ``trainer.kubeflow.org/trainjob-ancestor-step`` label is ``dataset-initializer`` /
+# ``model-initializer``, in its container of that same name, from TrainJob.spec.initializer: env
+# STORAGE_URI = ``storageUri``, the ``env`` entries, and ``envFrom: [{secretRef}]`` for
+# ``secretRef`` (pkg/runtime/framework/plugins/jobset/builder.go ``Initializer``). A TrainJob
+# without spec.initializer leaves those jobs as the runtime has them: they still run (nothing drops
+# them), and the upstream initializer then fails on the missing STORAGE_URI
+# (pkg/initializers/dataset/__main__.py). The webhook wants such a job and container when the
+# TrainJob names an initializer, and (v2.3.0) a volumeMount named ``initializer`` in that container
+# (plugins/jobset/jobset.go ``Validate``, constants.go ``VolumeNameInitializer``).
+DATASET_INITIALIZER = "dataset-initializer"
+MODEL_INITIALIZER = "model-initializer"
+INITIALIZER_VOLUME = "initializer"
+STORAGE_URI_ENV = "STORAGE_URI"
+# The upstream initializers read their settings from env named like their config fields, upper
+# case (pkg/initializers/utils/utils.py get_config_from_env; types.py ``access_token``): a token
+# Secret must hold the key ACCESS_TOKEN.
+ACCESS_TOKEN_KEY = "ACCESS_TOKEN"
+# Where they write: WORKSPACE_PATH ``/workspace`` + ``dataset`` / ``model`` (utils.py).
+INITIALIZER_WORKSPACE = "/workspace"
+INITIALIZED_DATASET = "dataset"
+INITIALIZED_MODEL = "model"
+
+
+def initializer_spec(*, dataset_uri: str | None, model_uri: str | None, token_secret: str | None) -> dict[str, Any]:
+    """TrainJob.spec.initializer; the token only as a Secret reference (never a value)."""
+    spec: dict[str, Any] = {}
+    for key, uri in (("dataset", dataset_uri), ("model", model_uri)):
+        if uri is None:
+            continue
+        entry: dict[str, Any] = {"storageUri": uri}
+        if token_secret:
+            entry["secretRef"] = {"name": token_secret}
+        spec[key] = entry
+    return spec
+
 
 def torch_ml_policy(version: str) -> dict[str, Any]:
     if version == "v2.1.0":

@@ -11,9 +11,20 @@ import sys
 import pytest
 import torch
 
+from tools import fixture_hub
 from workloads.trainjob import PROGRAMS_DIR, TINY_PROFILE
 
 pytestmark = pytest.mark.slow
+DATA: list[str] = []  # --dataset-dir/--model-dir of the fixture the initializers would have written
+
+
+@pytest.fixture(scope="module", autouse=True)
+def initialized_data(tmp_path_factory):
+    hub, workspace = tmp_path_factory.mktemp("hub"), tmp_path_factory.mktemp("workspace")
+    fixture_hub.build(str(hub), datasets=["FiscalNote/billsum"], models=["google-t5/t5-large"])
+    fixture_hub.initialize(kind="dataset", uri="hf://FiscalNote/billsum", hub=str(hub), workspace=str(workspace))
+    fixture_hub.initialize(kind="model", uri="hf://google-t5/t5-large", hub=str(hub), workspace=str(workspace))
+    DATA[:] = ["--dataset-dir", str(workspace / "dataset"), "--model-dir", str(workspace / "model")]
 
 
 def _port() -> int:
@@ -26,7 +37,7 @@ def run_t5(ckpt_dir: str, *extra: str, env: dict | None = None) -> tuple[int, li
     """torchrun 2 processes of fsdp_t5.py with the tiny profile; (exit code, events, output)."""
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(_port()),
-        str(PROGRAMS_DIR / "fsdp_t5.py"), *TINY_PROFILE["fsdp"], "--checkpoint-dir", ckpt_dir, *extra,
+        str(PROGRAMS_DIR / "fsdp_t5.py"), *DATA, *TINY_PROFILE["fsdp"], "--checkpoint-dir", ckpt_dir, *extra,
     ]
     # a session of its own: the fault injection SIGKILLs the launcher's whole process group
     p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}, timeout=300, start_new_session=True)

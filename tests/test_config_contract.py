@@ -24,7 +24,7 @@ FOUR_LINES = [
     "invalid config training-platform:gpuPool.capacityTypes[1] = 'ondemand': did you mean 'on-demand'? allowed: on-demand, spot, reserved",
     "invalid config training-platform:trainer.maxRestarts = -1: allowed: an integer from 0 to 100",
     "invalid config training-platform:trainjobs.ddp.numNode = 3: unknown key; did you mean 'numNodes'? "
-    "allowed keys: enabled, numNodes, instanceType, gpusPerNode, epochs, image, availabilityZone, extraArgs",
+    "allowed keys: enabled, numNodes, instanceType, gpusPerNode, image, availabilityZone, extraArgs, activeDeadlineSeconds, epochs",
 ]
 
 
@@ -83,7 +83,7 @@ def test_settings_are_frozen_and_jobs_share_one_model():
     with pytest.raises(ValueError):
         s.trainer.max_restarts = 5  # type: ignore[misc]
     assert issubclass(DdpJobSettings, JobSettings) and issubclass(FsdpJobSettings, JobSettings)
-    assert set(FsdpJobSettings.model_fields) - set(DdpJobSettings.model_fields) == {"model"}
+    assert set(FsdpJobSettings.model_fields) - set(DdpJobSettings.model_fields) == {"model", "dataset"}
     assert (s.trainjobs.ddp.instance_type, s.trainjobs.fsdp.instance_type, s.trainjobs.ddp.epochs, s.trainjobs.fsdp.epochs) == ("g5.xlarge", "g5.12xlarge", 3, 1)
 
 
@@ -98,12 +98,14 @@ def test_settings_are_frozen_and_jobs_share_one_model():
         ("kube-node-lease", "node heartbeats"),
         ("default", "the namespace of everything unplaced"),
         ("kubeflow-system", "the Kubeflow Trainer controller"),
+        ("kueue-system", "the Kueue controller"),
+        ("tenant-storage", "the job that creates the teams' checkpoint directories"),
     ],
 )
 def test_trainjobs_may_not_use_a_system_namespace(namespace, what):
     assert problems({"trainjobs": {"namespace": namespace}}) == [
         f"invalid config training-platform:trainjobs.namespace = '{namespace}': a system namespace ({what}); "
-        "allowed: a namespace of the platform's own such as training, not default, kube-node-lease, kube-public, kube-system, kubeflow-system"
+        "allowed: a namespace of the platform's own such as training, not amazon-cloudwatch, default, kube-node-lease, kube-public, kube-system, kubeflow-system, kueue-system, monitoring, platform-ops, tenant-storage"
     ]
     assert load({"trainjobs": {"namespace": "research"}}).trainjobs.namespace == "research"
 
@@ -179,17 +181,17 @@ def test_extra_args_may_not_override_the_platforms_flags():
     raw = {
         "trainjobs": {
             "ddp": {"enabled": True, "extraArgs": ["--epochs", "5", "--data-dir=/data"]},
-            "fsdp": {"extraArgs": ["--model=google-t5/t5-small", "--checkpoint-dir", "/tmp", "--data-file", "x.jsonl", "--epoch", "2"]},
+            "fsdp": {"extraArgs": ["--model=google-t5/t5-small", "--checkpoint-dir", "/tmp", "--dataset-dir", "/data", "--epoch", "2"]},
         }
     }
     ddp, fsdp = "invalid config training-platform:trainjobs.ddp", "invalid config training-platform:trainjobs.fsdp"
     other = "allowed: other flags of the training program"
     assert problems(raw) == [
         f"{ddp}.extraArgs[0] = '--epochs': --epochs is set by the platform from trainjobs.ddp.epochs; {other} (set trainjobs.ddp.epochs instead)",
-        f"{ddp}.extraArgs[2] = '--data-dir=/data': --data-dir is set by the platform to the dataset on the checkpoint volume; {other}",
+        f"{ddp}.extraArgs[2] = '--data-dir=/data': --data-dir is set by the platform (the DDP job trains on generated digits; it never downloads MNIST); {other}",
         f"{fsdp}.extraArgs[0] = '--model=google-t5/t5-small': --model is set by the platform from trainjobs.fsdp.model; {other} (set trainjobs.fsdp.model instead)",
         f"{fsdp}.extraArgs[1] = '--checkpoint-dir': --checkpoint-dir is set by the platform to the job's directory on the checkpoint volume (trainjobs.checkpointStorage); {other}",
-        f"{fsdp}.extraArgs[3] = '--data-file': --data-file is set by the platform to the dataset on the checkpoint volume; {other}",
+        f"{fsdp}.extraArgs[3] = '--dataset-dir': --dataset-dir is set by the platform to the dataset the dataset initializer downloaded (trainjobs.fsdp.dataset); {other}",
         f"{fsdp}.extraArgs[5] = '--epoch': --epoch (argparse reads it as --epochs) is set by the platform from trainjobs.fsdp.epochs; {other} (set trainjobs.fsdp.epochs instead)",
     ]
     ok = load({"trainjobs": {"fsdp": {"extraArgs": ["--activation-checkpointing", "--model-config", "t5-small", "--lr=1e-4", "--checkpoint-every", "50"]}}})

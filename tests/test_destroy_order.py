@@ -1,9 +1,12 @@
 """`pulumi destroy` deletes in reverse dependency order: prove on plan.json that everything that
 must go first depends (transitively) on what must go last."""
 
+import re
+
 import pytest
 
 from tests.conftest import dev_config, run_config, run_stack
+from workloads.trainjob import WORKLOADS
 
 
 class Graph:
@@ -47,12 +50,15 @@ def graph():
 
 def test_trainjobs_go_before_runtimes_code_storage_and_node_pools(graph):
     jobs = graph.find(":TrainJob")
-    assert len(jobs) == 2
-    torch = [u for u in graph.find(":ClusterTrainingRuntime") if "clustertrainingruntime-torch-distributed-gpu-" in u]
-    assert len(torch) == 1
-    graph.all_reach(jobs, torch)
+    assert len(jobs) == len(WORKLOADS)  # every job of the dev stack, each on the runtime the workload registry names
+    for w in WORKLOADS.values():
+        job = [u for u in jobs if u.endswith(f"::trainjob-training-{w.name}")]
+        runtime = [u for u in graph.find(":ClusterTrainingRuntime") if re.search(rf"::clustertrainingruntime-{w.runtime}-[0-9a-f]{{8}}$", u)]
+        assert len(job) == 1 and len(runtime) == 1, (w.name, jobs)
+        graph.all_reach(job, runtime)
     graph.all_reach(jobs, graph.find(":NodePool") + graph.find(":EC2NodeClass"))
-    graph.all_reach(jobs, graph.find(":PersistentVolumeClaim") + graph.find(":ConfigMap") + graph.find(":Namespace"))
+    ops = "platform-ops"  # the smoke check's and the TrainJob cleanup's objects (k8s/observability.py), unrelated to the jobs
+    graph.all_reach(jobs, graph.find(":PersistentVolumeClaim") + [u for u in graph.find(":ConfigMap") + graph.find(":Namespace") if ops not in u])
 
 
 def test_runtimes_outlive_trainjobs_and_go_before_the_trainer(graph):
@@ -63,7 +69,7 @@ def test_karpenter_outlives_its_nodes(graph):
     karpenter = graph.find("helm.sh/v3:Release", "karpenter")
     graph.all_reach(graph.find(":NodePool") + graph.find(":EC2NodeClass"), karpenter)
     # Karpenter keeps its identity, node access and interruption queue while it drains nodes
-    graph.all_reach(karpenter, graph.find(":PodIdentityAssociation") + graph.find("eks/accessEntry:AccessEntry") + graph.find("sqs/queue:Queue"))
+    graph.all_reach(karpenter, graph.find(":PodIdentityAssociation", "gpu-karpenter") + graph.find("eks/accessEntry:AccessEntry") + graph.find("sqs/queue:Queue"))
 
 
 def test_everything_in_the_cluster_goes_before_nodes_cluster_and_network(graph):

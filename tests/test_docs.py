@@ -32,7 +32,7 @@ def test_every_stack_file_is_valid_config():
         s = load_settings(raw, stack=path.name.split(".")[1], region=cfg["aws:region"])
         # what was written is what was understood (no silently dropped keys)
         for section, value in raw.items():
-            parsed = to_raw(getattr(s, {"nodeGroups": "node_groups", "gpuPool": "gpu_pool"}.get(section, section)))
+            parsed = to_raw(getattr(s, {"nodeGroups": "node_groups", "gpuPool": "gpu_pool", "smokeChecks": "smoke_checks"}.get(section, section)))
             for k, v in value.items():
                 assert parsed[k] == v or isinstance(v, dict), f"{path.name}: {section}.{k}"
 

@@ -135,7 +135,7 @@ def test_efa_jobs_fit_nodes_for_mixed_layouts(instance_type, gpus_per_node, expe
         fsdp["gpusPerNode"] = gpus_per_node
     for mode in ("karpenter", "auto"):
         run = run_config(dev_config(gpuPool={"mode": mode, "gpuLimit": 64}, efa={"enabled": True, "availabilityZone": "us-west-2a", "instanceTypes": efa_types}, trainjobs={"fsdp": fsdp}))
-        assert _check_jobs_fit_their_nodes(run) == 2
+        assert _check_jobs_fit_their_nodes(run) == 4  # every TrainJob of the dev stack
         job = next(o for o in objects(run).values() if o["kind"] == "TrainJob" and o["metadata"]["name"] == "fsdp-t5")
         assert job["spec"]["trainer"]["resourcesPerNode"]["limits"]["vpc.amazonaws.com/efa"] == expected
 
@@ -143,7 +143,7 @@ def test_efa_jobs_fit_nodes_for_mixed_layouts(instance_type, gpus_per_node, expe
 def test_efa_capable_type_outside_the_efa_pool_gets_no_efa_env():
     # g5.12xlarge supports EFA but only p5 is in the EFA pool: the job runs on gpu-pool, no EFA
     run = run_config(dev_config(efa={"enabled": True, "availabilityZone": "us-west-2a", "instanceTypes": ["p5.48xlarge"]}, gpuPool={"gpuLimit": 64}))
-    assert _check_jobs_fit_their_nodes(run) == 2
+    assert _check_jobs_fit_their_nodes(run) == 4  # every TrainJob of the dev stack
     for job in (o for o in objects(run).values() if o["kind"] == "TrainJob"):
         assert "vpc.amazonaws.com/efa" not in job["spec"]["trainer"]["resourcesPerNode"]["limits"]
         assert all(e["name"] != "FI_PROVIDER" for e in _trainer_env(job))

@@ -65,7 +65,7 @@ def test_karpenter_mode_plan_has_release_iam_queue_and_rules():
     assert {"training-dev-karpenter-node", "training-dev-karpenter-controller"} <= roles
     entry = run.one("aws:eks/accessEntry:AccessEntry").inputs
     assert entry["type"] == "EC2_LINUX"
-    assoc = run.one("aws:eks/podIdentityAssociation:PodIdentityAssociation").inputs
+    assoc = run.one("aws:eks/podIdentityAssociation:PodIdentityAssociation", "gpu-karpenter").inputs
     assert (assoc["namespace"], assoc["serviceAccount"]) == ("kube-system", "karpenter")
     queue = run.one("aws:sqs/queue:Queue").inputs
     assert queue["name"] == "training-dev-karpenter" and queue["sqsManagedSseEnabled"] is True

@@ -162,7 +162,8 @@ def test_china_regions_get_the_cn_registry_domain():
 
 def test_jobs_with_their_own_images_build_nothing():
     mine = "registry.example.com/team/train:1.2.3"
-    run = run_config(dev_config(trainjobs={"ddp": {"image": mine}, "fsdp": {"image": mine}}))
+    # the TF job's default is the TensorFlow image (versions.py), never the built one
+    run = run_config(dev_config(trainjobs={"ddp": {"image": mine}, "fsdp": {"image": mine}, "ncclCheck": {"image": mine}}))
     assert not run.by_type(REPO) and not run.by_type(POLICY) and not run.by_type(BUILD)
     assert find(run, "TrainJob", "ddp-mnist")["spec"]["trainer"]["image"] == mine
     assert "trainingImage" not in run.outputs

@@ -196,7 +196,7 @@ def test_vpc_flow_logs_on_by_default_scoped_and_can_be_turned_off():
     run = run_stack("dev")
     flow = run.one("aws:ec2/flowLog:FlowLog").inputs
     assert flow["trafficType"] == "ALL" and flow["logDestinationType"] == "cloud-watch-logs"
-    assert run.one("aws:cloudwatch/logGroup:LogGroup").inputs["retentionInDays"] == 30
+    assert run.one("aws:cloudwatch/logGroup:LogGroup", "net-flow-logs").inputs["retentionInDays"] == 30
     policy = _json.loads(run.one("aws:iam/rolePolicy:RolePolicy", "net-flow-logs").inputs["policy"])
     assert all(r.startswith("arn:aws:logs:") for r in policy["Statement"][0]["Resource"])
     off = run_config(dev_config(network={"flowLogRetentionDays": 0}))

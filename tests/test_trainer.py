@@ -17,8 +17,7 @@ VERSIONS = ["v2.1.0", "v2.3.0"]
 
 
 def node_pod(runtime):
-    job = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]
-    assert job["name"] == "node"
+    job = next(j for j in runtime["spec"]["template"]["spec"]["replicatedJobs"] if j["name"] == "node")
     return job["template"]["spec"]["template"]
 
 
@@ -26,7 +25,7 @@ def node_pod(runtime):
 def test_runtimes_rendered_and_valid_for_each_version(need_schemas, version):
     run = run_config(dev_config(trainer={"version": version, "maxRestarts": 7, "shmSize": "32Gi"}))
     rts = [o for o in objects(run).values() if o["kind"] == "ClusterTrainingRuntime"]
-    assert {r["metadata"]["labels"][rt.RUNTIME_LABEL] for r in rts} == {"torch-distributed-gpu", "deepspeed-distributed-gpu", "tensorflow-distributed"}
+    assert {r["metadata"]["labels"][rt.RUNTIME_LABEL] for r in rts} == {"torch-distributed-gpu", "torch-distributed-gpu-hf", "deepspeed-distributed-gpu", "tensorflow-distributed"}
     for r in rts:
         assert re.fullmatch(r["metadata"]["labels"][rt.RUNTIME_LABEL] + "-[0-9a-f]{8}", r["metadata"]["name"])
     jobset_spec = v.jobset_schema(version)["properties"]["spec"]
@@ -101,7 +100,7 @@ def test_trainer_release_in_plan_and_runtimes_depend_on_it():
 
 
 def test_only_configured_runtimes_are_installed():
-    run = run_config(dev_config(trainer={"runtimes": ["torch-distributed-gpu"]}, trainjobs={"ddp": {"enabled": False}, "fsdp": {"enabled": False}}))
+    run = run_config(dev_config(trainer={"runtimes": ["torch-distributed-gpu"]}, trainjobs={"ddp": {"enabled": False}, "fsdp": {"enabled": False}, "tf": {"enabled": False}, "ncclCheck": {"enabled": False}}))
     names = [o["metadata"]["labels"][rt.RUNTIME_LABEL] for o in objects(run).values() if o["kind"] == "ClusterTrainingRuntime"]
     assert names == ["torch-distributed-gpu"]
 

@@ -20,13 +20,14 @@ def pod_spec(job):
 def test_trainjobs_take_the_shape_of_the_trainer_version_and_validate(need_schemas, version, field):
     run = run_config(dev_config(trainer={"version": version}))
     jobs = [o for o in objects(run).values() if o["kind"] == "TrainJob"]
-    assert {j["metadata"]["name"] for j in jobs} == {"ddp-mnist", "fsdp-t5"}
+    assert {j["metadata"]["name"] for j in jobs} == {"ddp-mnist", "fsdp-t5", "tf-mnist", "nccl-check"}
     for job in jobs:
         assert field in job["spec"]
         other = {"podTemplateOverrides", "runtimePatches"} - {field}
         assert not other & set(job["spec"])
         assert v.validate(job, version) == []
-        assert job["spec"]["runtimeRef"]["name"].startswith("torch-distributed-gpu-")
+        runtime = "tensorflow-distributed-" if job["metadata"]["name"] == "tf-mnist" else "torch-distributed-gpu-"
+        assert job["spec"]["runtimeRef"]["name"].startswith(runtime)
     if version == "v2.3.0":
         patch = find(run, "TrainJob", "ddp-mnist")["spec"]["runtimePatches"][0]
         assert "/" in patch["manager"] and "." in patch["manager"].split("/")[0]
@@ -108,9 +109,9 @@ def test_fsx_storage_by_default_and_efs_on_request():
 
 
 def test_no_jobs_no_storage_or_namespace():
-    run = run_config(dev_config(trainjobs={"ddp": {"enabled": False}, "fsdp": {"enabled": False}}))
+    run = run_config(dev_config(trainjobs={key: {"enabled": False} for key in tj.WORKLOADS}))
     assert not run.by_type("aws:fsx/lustreFileSystem:LustreFileSystem")
-    assert not [o for o in objects(run).values() if o["kind"] in ("TrainJob", "Namespace")]
+    assert not [o for o in objects(run).values() if o["kind"] == "TrainJob" or (o["kind"] == "Namespace" and o["metadata"]["name"] == "training")]
 
 
 def test_built_in_workload_objects_validate(need_schemas):

@@ -23,7 +23,18 @@ training library kills the node's process group right after step K (exactly ther
 fast the steps run). Temporary directories (the default work directory, each pod's ``TMPDIR``)
 are removed at the end.
 
+The image's ``python``/``python3`` is this interpreter, or ``--python``: the TensorFlow job
+(``--job tf``) runs with the TensorFlow virtualenv ``.venv-tf`` that ``make emulate JOB=tf``
+creates from workloads/requirements-tf.txt. Its runtime's wrapper command (TF_CONFIG from the
+injected ``PET_*``) runs as rendered; every node is on this host, so the wrapper gives each
+TensorFlow worker its own port from ``TF_PORT``. The summary line of the all-reduce check
+(``--job nccl-check``) adds the bus bandwidth it measured (``busbw_gbps``).
+
+``--trainjob FILE`` runs the TrainJob that ``trainctl submit --dry-run`` printed (its code
+ConfigMap and TrainJob) on the runtime the stack renders, with the user's command as is.
+
 Usage: python -m tools.emulate --stack dev --job ddp [--fail-node 1 --fail-at-step 5]
+       python -m tools.emulate --trainjob job.yaml [--stack dev]
 """
 
 from __future__ import annotations
@@ -48,7 +59,9 @@ from infra.stack_config import StackFileError
 from k8s import trainer_api
 from tools.mock_runtime import ProgramError, run_program
 from tools.render import PROJECT_DIR, manifests
-from workloads.trainjob import JOB_LABEL, TINY_PROFILE
+from workloads.trainjob import JOB_LABEL, TF_RUNTIME, TINY_PROFILE, WORKLOAD_BY_KIND
+
+TF_VENV = ".venv-tf"  # make emulate JOB=tf: TensorFlow for the TF job (workloads/requirements-tf.txt)
 
 FAULT_ENV = "TRAINING_FAULT_AT_STEP"  # read by workloads/programs/trainlib.py
 
@@ -96,6 +109,7 @@ class Job:
     failure_policy: dict | None = None  # the JobSet's (None: any failed Job fails the JobSet)
     last_step: int | None = None  # the tiny profile's --max-steps
     init_jobs: list[InitJob] = field(default_factory=list)
+    python: str = sys.executable  # stands for the image's python/python3
 
     @property
     def world_size(self) -> int:
@@ -177,17 +191,160 @@ def _check_policies(job_name: str, pfp: dict, fp: dict | None) -> None:
             raise EmulationError(f"failurePolicy rule {rule.get('name', i)!r} action {rule.get('action')!r} is not emulated")
 
 
-def load_job(stack: str, kind: str, work_dir: str, stack_config: dict | None = None) -> Job:
-    """Render the stack and turn the TrainJob for ``kind`` into a local Job."""
+def default_python(kind: str) -> str:
+    """The interpreter a job kind's image python stands for here: the TensorFlow virtualenv for
+    jobs on the tensorflow runtime, else this one."""
+    workload = WORKLOAD_BY_KIND.get(kind)
+    if workload is None or workload.runtime != TF_RUNTIME:
+        return sys.executable
+    python = os.path.join(PROJECT_DIR, TF_VENV, "bin", "python")
+    if not os.path.exists(python):
+        raise EmulationError(f"job {kind} needs TensorFlow: `make emulate JOB={kind}` creates {TF_VENV} from workloads/requirements-tf.txt (or pass --python)")
+    return python
+
+
+def load_job(stack: str, kind: str, work_dir: str, stack_config: dict | None = None, python: str | None = None, hub_dir: str | None = None) -> Job:
+    """Render the stack and turn the TrainJob for ``kind`` into a local Job (``hub_dir``: the
+    local hub for the emulated initializers; default a fixture hub in ``work_dir``)."""
+    python = python or default_python(kind)
     try:
         run = run_program(PROJECT_DIR, stack, stack_config=stack_config)
     except (ProgramError, StackFileError, FileNotFoundError) as err:
         raise EmulationError(str(err)) from None
-    return job_from_objects(list(manifests(run).values()), stack, kind, work_dir)
+    return job_from_objects(list(manifests(run).values()), stack, kind, work_dir, python=python, hub_dir=hub_dir)
 
 
-def job_from_objects(objs: list[dict], stack: str, kind: str, work_dir: str) -> Job:
-    """The local Job of the TrainJob for ``kind`` among rendered objects."""
+def write_configmap(cm: dict, items: list[dict] | None, local: str) -> None:
+    """A configMap volume's files as the kubelet projects them: every key at its own name, or with
+    ``items`` only the listed keys at their paths; ``binaryData`` decoded."""
+    import base64
+
+    files: dict[str, bytes] = {k: v.encode() for k, v in (cm.get("data") or {}).items()}
+    files.update({k: base64.b64decode(v) for k, v in (cm.get("binaryData") or {}).items()})
+    targets = [(i["key"], i["path"]) for i in items] if items else [(k, k) for k in files]
+    for key, path in targets:
+        if key not in files:
+            raise EmulationError(f"ConfigMap {cm['metadata']['name']} has no key {key!r} (volume items)")
+        dest = os.path.join(local, path)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        with open(dest, "wb") as fh:
+            fh.write(files[key])
+
+
+# --- a TrainJob file (trainctl submit --dry-run) -----------------------------------------------
+
+
+def load_trainjob_file(path: str, stack: str, work_dir: str, python: str | None = None, stack_config: dict | None = None) -> Job:
+    """The local Job of a TrainJob file (``trainctl submit --dry-run`` output: its code ConfigMap
+    and the TrainJob) on the runtime the stack renders. A runtimeRef that names no rendered
+    runtime is matched by the runtime's base label (``training-platform/runtime``), saying so:
+    the file may have been written for the platform's defaults. Nothing is appended to the
+    command (the program is the user's, not a platform job with a tiny profile)."""
+    import yaml
+
+    from k8s.runtimes import FRAMEWORK_LABEL, RUNTIME_LABEL
+
+    try:
+        with open(path) as fh:
+            docs = [d for d in yaml.safe_load_all(fh) if d]
+    except (OSError, yaml.YAMLError) as err:
+        raise EmulationError(f"{path}: {err}") from None
+    objs = [i for d in docs for i in (d.get("items", []) if d.get("kind") == "List" else [d])]
+    trainjobs = [o for o in objs if o.get("kind") == "TrainJob"]
+    if len(trainjobs) != 1:
+        raise EmulationError(f"{path}: expected one TrainJob, found {len(trainjobs)}")
+    tj = trainjobs[0]
+    try:
+        run = run_program(PROJECT_DIR, stack, stack_config=stack_config)
+    except (ProgramError, StackFileError, FileNotFoundError) as err:
+        raise EmulationError(str(err)) from None
+    runtimes = [o for o in manifests(run).values() if o["kind"] == "ClusterTrainingRuntime"]
+    ref = tj["spec"]["runtimeRef"]["name"]
+    runtime = next((r for r in runtimes if r["metadata"]["name"] == ref), None)
+    if runtime is None:
+        base = re.sub(r"-[0-9a-f]{8}$", "", ref)
+        runtime = next((r for r in runtimes if r["metadata"].get("labels", {}).get(RUNTIME_LABEL) == base), None)
+        if runtime is None:
+            raise EmulationError(f"TrainJob {tj['metadata']['name']} references runtime {ref}; stack {stack} renders no runtime {base}")
+        print(f"emulate: note: stack {stack} renders {base} as {runtime['metadata']['name']}, not {ref}: using it", flush=True)
+        tj = {**tj, "spec": {**tj["spec"], "runtimeRef": {**tj["spec"]["runtimeRef"], "name": runtime["metadata"]["name"]}}}
+    if python is None and runtime["metadata"].get("labels", {}).get(FRAMEWORK_LABEL) == "tensorflow":
+        python = os.path.join(PROJECT_DIR, TF_VENV, "bin", "python")
+        if not os.path.exists(python):
+            raise EmulationError(f"a tensorflow job needs TensorFlow: `make venv-tf` creates {TF_VENV} (or pass --python)")
+    kind = tj["metadata"].get("labels", {}).get(JOB_LABEL, "")
+    tj = {**tj, "metadata": {**tj["metadata"], "labels": {**tj["metadata"].get("labels", {}), JOB_LABEL: kind}}}
+    others = [o for o in objs if o.get("kind") == "ConfigMap"]
+    return job_from_objects([tj, runtime, *others], stack, kind, work_dir, python=python or sys.executable, profile=[])
+
+
+def _volume_dir(vol: dict, vm: dict, env: dict[str, str], work_dir: str) -> str:
+    """The local directory of a pod volume mount: a claim's directory (one per claim, shared by
+    every pod as the RWX claim is), plus ``subPath`` or ``subPathExpr`` expanded with the
+    container's env as the kubelet does; any other volume a directory of its own."""
+    if "persistentVolumeClaim" in vol:
+        local = os.path.join(work_dir, "volumes", vol["persistentVolumeClaim"]["claimName"])
+    else:
+        local = os.path.join(work_dir, "volumes", vm["name"])
+    sub = vm.get("subPath") or re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m.group(1), ""), vm.get("subPathExpr", ""))
+    local = os.path.join(local, sub) if sub else local
+    os.makedirs(local, exist_ok=True)
+    return local
+
+
+def _trainer_initializer(rj: dict, tj: dict, work_dir: str, hub_dir: str | None) -> InitJob | None:
+    """The Trainer's dataset/model initializer job of the runtime, as the Trainer fills it from the
+    TrainJob (k8s.trainer_api: STORAGE_URI from ``spec.initializer.<kind>.storageUri``, its
+    ``env``), run as :mod:`tools.fixture_hub`'s emulated initializer against a local hub. None for
+    other replicated jobs. Downward-API env resolves ``metadata.labels['jobset.sigs.k8s.io/jobset-name']``
+    to the TrainJob's name (the JobSet's). A ``secretRef`` is not emulated (no Secrets here; the
+    local hub needs no token). ``hub_dir`` None: a fixture hub under ``work_dir`` with tiny
+    stand-ins for the repos the TrainJob names."""
+    from k8s.runtimes import ANCESTOR_LABEL, JOBSET_NAME_LABEL
+    from tools import fixture_hub
+
+    ancestor = rj["template"].get("metadata", {}).get("labels", {}).get(ANCESTOR_LABEL)
+    kind = fixture_hub.KINDS.get(ancestor or "")
+    pod = rj["template"]["spec"]["template"]["spec"]
+    container = next((c for c in pod["containers"] if c["name"] == ancestor), None)
+    if kind is None or container is None:
+        return None
+    labels = {JOBSET_NAME_LABEL: tj["metadata"]["name"]}
+    env: dict[str, str] = {}
+    for e in container.get("env", []):
+        ref = e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath", "")
+        m = re.fullmatch(r"metadata\.labels\['([^']+)'\]", ref)
+        env[e["name"]] = labels.get(m.group(1), "") if m else e.get("value", "")
+    source = tj["spec"].get("initializer", {}).get(kind)
+    if source is not None:
+        if source.get("storageUri"):
+            env[trainer_api.STORAGE_URI_ENV] = source["storageUri"]
+        env.update({e["name"]: e.get("value", "") for e in source.get("env", [])})
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    mounts = {vm["mountPath"]: _volume_dir(volumes[vm["name"]], vm, env, work_dir) for vm in container.get("volumeMounts", [])}
+    workspace = mounts.get(trainer_api.INITIALIZER_WORKSPACE)
+    if workspace is None:
+        raise EmulationError(f"{rj['name']}: no volume at {trainer_api.INITIALIZER_WORKSPACE}, where the initializer writes: its downloads would be lost with the pod")
+    if hub_dir is None:
+        hub_dir = os.path.join(work_dir, "hub")
+        uri = env.get(trainer_api.STORAGE_URI_ENV)
+        if uri:
+            repo = fixture_hub.repo_id(uri, kind)
+            fixture_hub.build(hub_dir, datasets=[repo] if kind == "dataset" else [], models=[repo] if kind == "model" else [])
+    env["PYTHONPATH"] = PROJECT_DIR  # the emulated initializer is this project's module
+    command = [sys.executable, "-m", "tools.fixture_hub", "initialize", "--kind", kind, "--hub", hub_dir, "--workspace", workspace]
+    pfp = rj["template"]["spec"].get("podFailurePolicy", {})
+    _check_policies(rj["name"], pfp, None)
+    return InitJob(name=rj["name"], replicas=int(rj.get("replicas", 1)), command=command, env=env, container=container["name"], pod_failure_policy=pfp)
+
+
+def job_from_objects(
+    objs: list[dict], stack: str, kind: str, work_dir: str, python: str = sys.executable, profile: list[str] | None = None, hub_dir: str | None = None
+) -> Job:
+    """The local Job of the TrainJob for ``kind`` among rendered objects; ``python`` stands for
+    the image's interpreter; ``profile``: arguments appended (default: the kind's tiny profile);
+    ``hub_dir``: the local hub the emulated Trainer initializers read (default: a fixture hub)."""
+    profile = TINY_PROFILE[kind] if profile is None else profile
     jobs = [o for o in objs if o["kind"] == "TrainJob" and o["metadata"].get("labels", {}).get(JOB_LABEL) == kind]
     if not jobs:
         raise EmulationError(f"stack {stack} renders no TrainJob for job {kind!r} (enable trainjobs.{kind}.enabled)")
@@ -220,9 +377,7 @@ def job_from_objects(objs: list[dict], stack: str, kind: str, work_dir: str) -> 
             local = os.path.join(work_dir, "configmaps", vol["configMap"]["name"])
             shutil.rmtree(local, ignore_errors=True)
             os.makedirs(local)
-            for fname, text in cm[0].get("data", {}).items():
-                with open(os.path.join(local, fname), "w") as fh:
-                    fh.write(text)
+            write_configmap(cm[0], vol["configMap"].get("items"), local)
         elif "persistentVolumeClaim" in vol:
             local = os.path.join(work_dir, "volumes", vol["persistentVolumeClaim"]["claimName"])
             os.makedirs(local, exist_ok=True)
@@ -240,7 +395,7 @@ def job_from_objects(objs: list[dict], stack: str, kind: str, work_dir: str) -> 
     def local_command(command: list[str]) -> list[str]:
         command = [local_path(a) for a in command]
         if command and command[0] in ("python", "python3"):
-            command = [sys.executable] + command[1:]  # the image's interpreter is this one
+            command = [python] + command[1:]  # the image's interpreter
         return command
 
     init_jobs = []
@@ -250,6 +405,10 @@ def job_from_objects(objs: list[dict], stack: str, kind: str, work_dir: str) -> 
         if dep.get("status", "Complete") != "Complete":
             raise EmulationError(f"dependsOn {dep['name']} status {dep.get('status')!r} is not emulated (only Complete)")
         rj = replicated[dep["name"]]
+        trainer_init = _trainer_initializer(rj, tj, work_dir, hub_dir)
+        if trainer_init is not None:
+            init_jobs.append(trainer_init)
+            continue
         c = rj["template"]["spec"]["template"]["spec"]["containers"][0]
         pfp = rj["template"]["spec"].get("podFailurePolicy", {})
         _check_policies(rj["name"], pfp, None)
@@ -262,13 +421,16 @@ def job_from_objects(objs: list[dict], stack: str, kind: str, work_dir: str) -> 
     num_nodes = int(trainer.get("numNodes", runtime.get("mlPolicy", {}).get("numNodes", 1)))
     nproc = _nproc_per_node(trainer, runtime)
     command = local_command(trainer.get("command", node_container.get("command", [])))
-    args = [local_path(a) for a in trainer.get("args", node_container.get("args", []))]
+    args = trainer.get("args", node_container.get("args", []))
+    # args that start with an interpreter are the command a wrapper execs (the TF_CONFIG wrapper)
+    args = local_command(args) if args and args[0] in ("python", "python3") else [local_path(a) for a in args]
     env = {e["name"]: local_path(e.get("value", "")) for e in node_container.get("env", []) + trainer.get("env", [])}
     return Job(
         name=tj["metadata"]["name"], kind=kind, num_nodes=num_nodes,
-        command=command + args + sized_profile(TINY_PROFILE[kind], num_nodes * nproc), env=env, max_restarts=int(max_restarts), mounts=mounts,
+        command=command + args + sized_profile(profile, num_nodes * nproc), env=env, max_restarts=int(max_restarts), mounts=mounts,
         nproc_per_node=nproc, namespace=tj["metadata"].get("namespace", "default"),
-        pod_failure_policy=pod_failure_policy, failure_policy=failure_policy, last_step=max_steps(TINY_PROFILE[kind]), init_jobs=init_jobs,
+        pod_failure_policy=pod_failure_policy, failure_policy=failure_policy, last_step=max_steps(profile), init_jobs=init_jobs,
+        python=python,
     )
 
 
@@ -335,11 +497,29 @@ def _pod_env(job: Job, extra: dict[str, str], tmp: str, fault_step: int | None) 
     return env
 
 
-def _node_env(job: Job, node: int, port: int, fault_step: int | None, tmp: str) -> dict[str, str]:
+def _free_ports(n: int) -> int:
+    """The first of ``n`` consecutive ports that are free now."""
+    for _ in range(50):
+        base = _free_port()
+        if base + n > 65536:
+            continue
+        with contextlib.ExitStack() as held:
+            try:
+                for p in range(base, base + n):
+                    s = held.enter_context(socket.socket())
+                    s.bind(("127.0.0.1", p))
+            except OSError:
+                continue
+        return base
+    raise EmulationError(f"no {n} consecutive free ports")
+
+
+def _node_env(job: Job, node: int, port: int, fault_step: int | None, tmp: str, tf_port: int) -> dict[str, str]:
     env = _pod_env(job, job.env, tmp, fault_step)
     env.update(
         PET_NNODES=str(job.num_nodes), PET_NPROC_PER_NODE=str(job.nproc_per_node), PET_NODE_RANK=str(node),
         PET_MASTER_ADDR="127.0.0.1", PET_MASTER_PORT=str(port),
+        TF_PORT=str(tf_port),  # the TF_CONFIG wrapper (k8s/tf_config.py): worker i listens on TF_PORT + i here
     )
     return env
 
@@ -415,7 +595,7 @@ def run_attempt(job: Job, attempt_no: int, fail: dict | None, timeout_s: float, 
         if result.failed or result.timed_out:
             result.failed_job = init.name
             return result
-    port = _free_port()
+    port, tf_port = _free_port(), _free_ports(job.num_nodes)
     inject = fail if fail is not None and not fail.get("done") else None  # the failure this attempt injects
     if inject is not None:
         inject["done"] = True  # once: later attempts run clean
@@ -425,7 +605,7 @@ def run_attempt(job: Job, attempt_no: int, fail: dict | None, timeout_s: float, 
         return inject["step"] if inject is not None and n == inject["node"] else None
 
     names = [f"{job.name}-{trainer_api.TRAINER_JOB}-0-{n}" for n in range(job.num_nodes)]
-    cmds = [(job.command, _node_env(job, n, port, fault_step(n), os.path.join(tmp, f"node-{n}"))) for n in range(job.num_nodes)]
+    cmds = [(job.command, _node_env(job, n, port, fault_step(n), os.path.join(tmp, f"node-{n}"), tf_port)) for n in range(job.num_nodes)]
     return _run_pods(cmds, names, f"attempt {attempt_no} node", timeout_s, quiet)
 
 
@@ -495,7 +675,7 @@ def emulate(job: Job, *, fail_node: int | None, fail_at_step: int | None, timeou
     return {
         "job": job.name, "status": status, "nodes": job.num_nodes, "world_size": job.world_size, "restarts": restarts,
         "resumed_from_step": final.get("resumed_from_step"), "final_step": final.get("final_step"), "final_loss": final.get("final_loss"),
-        "reason": reason, "message": message, "result": final,
+        "busbw_gbps": final.get("busbw_gbps"), "reason": reason, "message": message, "result": final,
     }
 
 
@@ -505,6 +685,8 @@ def summary_line(r: dict) -> str:
         f"emulate: job={r['job']} status={r['status']} nodes={r['nodes']} world_size={r['world_size']} restarts={r['restarts']} "
         f"resumed_from_step={resumed} final_step={r['final_step']} final_loss={r['final_loss']}"
     )
+    if r.get("busbw_gbps") is not None:  # the all-reduce check's figure
+        line += f" busbw_gbps={r['busbw_gbps']}"
     return line + (f" reason={r['reason']}" if r.get("reason") else "")
 
 
@@ -517,15 +699,23 @@ def main(argv=None) -> int:
     ap.add_argument("--work-dir", help="local volumes, kept (default: a temporary directory, removed at the end)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per attempt")
     ap.add_argument("--quiet", action="store_true", help="only events and the summary")
+    ap.add_argument("--python", help=f"interpreter for the image's python3 (default: this one; --job tf: {TF_VENV}/bin/python)")
+    ap.add_argument("--trainjob", metavar="FILE", help="run the TrainJob of this file (trainctl submit --dry-run output) on the stack's runtime, instead of --job")
+    ap.add_argument("--hub-dir", help="local hub (datasets/<owner>/<name>, models/<owner>/<name>) the emulated initializers read; default: tiny fixtures in the work directory")
     args = ap.parse_args(argv)
     if (args.fail_node is None) != (args.fail_at_step is None):
         ap.error("--fail-node and --fail-at-step go together")
     try:
         if args.fail_at_step is not None:  # before rendering or starting anything
-            check_fail_step(args.fail_at_step, max_steps(TINY_PROFILE[args.job]))
+            check_fail_step(args.fail_at_step, None if args.trainjob else max_steps(TINY_PROFILE[args.job]))
         with contextlib.ExitStack() as stack:
-            work = args.work_dir or stack.enter_context(_temp_root(f"emulate-{args.stack}-{args.job}-"))
-            job = load_job(args.stack, args.job, work)
+            work = args.work_dir or stack.enter_context(_temp_root(f"emulate-{args.stack}-{'trainjob' if args.trainjob else args.job}-"))
+            if args.trainjob:
+                job = load_trainjob_file(args.trainjob, args.stack, work, python=args.python)
+            else:
+                job = load_job(args.stack, args.job, work, python=args.python, hub_dir=args.hub_dir)
+            for init in job.init_jobs:
+                print(f"emulate: {init.name} first ({init.env.get('STORAGE_URI', 'no STORAGE_URI')})", flush=True)
             print(
                 f"emulate: {job.name}: {job.num_nodes} nodes x {job.nproc_per_node} processes, maxRestarts={job.max_restarts}, volumes: "
                 + ", ".join(f"{k} -> {v}" for k, v in job.mounts.items()), flush=True,

@@ -153,7 +153,7 @@ def validate(obj: dict, trainer_version: str = versions.DEFAULT_TRAINER_VERSION)
         validator = _validator(path, api_version)
         problems = [f"{_label(obj)}: {'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(obj)]
         return problems + cel_problems(obj, trainer_version)
-    if "." in api_version.split("/")[0] and not api_version.startswith(("storage.k8s.io", "rbac.authorization.k8s.io", "scheduling.k8s.io")):
+    if "." in api_version.split("/")[0] and not api_version.startswith(("storage.k8s.io", "rbac.authorization.k8s.io", "scheduling.k8s.io", "networking.k8s.io")):
         return [f"{_label(obj)}: no CRD schema for {api_version} {kind} in {schemas_dir()}"]
     import kubernetes_validate
 

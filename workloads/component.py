@@ -7,7 +7,10 @@ import pulumi_kubernetes as k8s
 
 from infra.settings import Settings
 from infra.storage import CheckpointStorage
+from k8s import kueue as kq
 from k8s.resources import apply_manifest
+from k8s.tenancy import Kueue
+from k8s.tenants import LOCAL_QUEUE
 from k8s.trainer import Trainer
 from workloads import trainjob as tj
 
@@ -23,9 +26,12 @@ class TrainJobs(pulumi.ComponentResource):
         capacity: list[pulumi.Resource],
         provider: k8s.Provider,
         image: pulumi.Input[str] | None = None,
+        kueue: Kueue | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ):
-        """``image``: the image the stack built (``<repo>@<digest>``), for jobs that set none."""
+        """``image``: the image the stack built (``<repo>@<digest>``), for jobs that set none.
+        ``kueue``: with Kueue on, the namespace gets a LocalQueue of the stack's ClusterQueue and
+        the jobs carry its label (and are created only once Kueue's webhook serves)."""
         super().__init__("training-platform:workloads:TrainJobs", name, None, opts)
         ns_name = settings.trainjobs.namespace
 
@@ -38,14 +44,17 @@ class TrainJobs(pulumi.ComponentResource):
         pv_manifest, pvc_manifest = tj.checkpoint_volume(ns=ns_name, storage_type=storage.type, volume_handle=storage.volume_handle, capacity_gib=storage.capacity_gib, attributes=storage.attributes)
         pv = apply_manifest(pv_manifest, o(storage.addon))
         pvc = apply_manifest(pvc_manifest, o(ns, pv))
-        runtime = trainer.runtimes[tj.TORCH_RUNTIME]
+        queue: list[pulumi.Resource] = []
+        if kueue is not None:
+            queue = [apply_manifest(kq.local_queue(ns_name, kq.TRAINING_QUEUE), o(ns, kueue.training_queue)), *kueue.ready]
         self.jobs = {}
-        for kind, job in settings.trainjobs.jobs().items():
-            workload = tj.WORKLOADS[kind]
-            manifest = tj.trainjob(workload, job, settings, code_configmap=tj.code_configmap_name(files), image=job.image or image, runtime_name=trainer.runtime_names[tj.TORCH_RUNTIME])
+        for key, job in settings.trainjobs.jobs().items():
+            workload = tj.WORKLOADS[key]
+            runtime = trainer.runtimes[workload.runtime]  # config refuses a job whose runtime is not installed
+            manifest = tj.trainjob(workload, job, settings, code_configmap=tj.code_configmap_name(files), image=job.image or image, runtime_name=trainer.runtime_names[workload.runtime], queue=LOCAL_QUEUE if kueue else None)
             # TrainJob specs are (mostly) immutable: any change (a new image digest too) replaces the job, deleting the
             # old one first. Depending on the runtime and the node pools makes destroy remove
             # the job (and its pods) before either.
-            self.jobs[kind] = apply_manifest(manifest, o(runtime, code, pvc, *capacity, replace_on_changes=["spec"], delete_before_replace=True))
+            self.jobs[key] = apply_manifest(manifest, o(runtime, code, pvc, *capacity, *queue, replace_on_changes=["spec"], delete_before_replace=True))
         self.names = [tj.WORKLOADS[k].name for k in self.jobs]
         self.register_outputs({"trainJobs": self.names})

@@ -4,46 +4,82 @@ TrainJobs. Plain dicts from typed settings; the Trainer version decides the Trai
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import pathlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from infra import catalog
-from infra.settings import DdpJobSettings, FsdpJobSettings, Settings, job_gpus_per_node
+from infra.settings import DEADLINE_INCOMPATIBLE_TRAINERS, DdpJobSettings, FsdpJobSettings, JobBase, JobSettings, NcclCheckSettings, Settings, TfJobSettings, job_gpus_per_node
 from k8s import trainer_api
-from k8s.gpu_objects import EFA_LABEL, efa_devices_per_node
-from k8s.runtimes import EFA_ENV, runtime_names
+from k8s.gpu_objects import EFA_LABEL, GPU_POOL, POOL_LABEL, efa_devices_per_node
+from k8s.runtimes import EFA_ENV, initialized_subpath, runtime_names
+from k8s.tenants import CHECKPOINT_CLAIM, QUEUE_LABEL
+from k8s.trainer_api import INITIALIZED_DATASET, INITIALIZED_MODEL
 
 PROGRAMS_DIR = pathlib.Path(__file__).with_name("programs")
 CODE_MOUNT = "/opt/training/code"
 CHECKPOINT_MOUNT = "/mnt/checkpoints"
 CODE_VOLUME = "training-code"
 CHECKPOINT_VOLUME = "checkpoints"
-CHECKPOINT_CLAIM = "checkpoints"
 TORCH_RUNTIME = "torch-distributed-gpu"
+TORCH_HF_RUNTIME = "torch-distributed-gpu-hf"  # with the Trainer's dataset and model initializers
+TF_RUNTIME = "tensorflow-distributed"
 JOB_LABEL = "training-platform/job"
 CODE_HASH_ANNOTATION = "training-platform/code-sha256"
+DDP_SAMPLES = 60000  # generated digits per epoch: MNIST's training-set size
+JOB_NAME_ENV = "TRAINING_JOB_NAME"  # the job label of the programs' metric lines (workloads/programs/trainlib.py)
 
 
 @dataclass(frozen=True)
 class Workload:
-    kind: str  # config key: ddp | fsdp
+    """A job kind: where its settings live, what it runs and on which runtime.
+
+    ``runtime`` decides how the program is started: on the torch runtime the TrainJob's command
+    is ``launch.py torchrun <program>``; on ``tensorflow-distributed`` the TrainJob sets only
+    ``args`` (``python3 <program> ...``), so the runtime's TF_CONFIG wrapper command stays (the
+    Trainer's JobSet builder replaces the container's command/args only with those the TrainJob
+    sets: kubeflow/trainer pkg/runtime/framework/plugins/jobset/builder.go, v2.1.0 and v2.3.0).
+    ``tiny_profile``: what the local emulator appends to the rendered arguments (the last value
+    of an option wins)."""
+
+    key: str  # config key under trainjobs
+    kind: str  # the TrainJob's training-platform/job label and `make emulate JOB=`
     name: str  # TrainJob name
     program: str
+    runtime: str  # ClusterTrainingRuntime base name (k8s/runtimes.py BUILDERS)
+    settings: type[JobBase]
+    tiny_profile: tuple[str, ...]
 
 
-WORKLOADS = {"ddp": Workload("ddp", "ddp-mnist", "ddp_mnist.py"), "fsdp": Workload("fsdp", "fsdp-t5", "fsdp_t5.py")}
-
-# The local emulator appends these to the rendered arguments (the last value of an option wins):
-# tiny synthetic data, a tiny model, and a checkpoint every 2 steps.
-TINY_PROFILE = {
-    "ddp": ["--synthetic", "--synthetic-samples", "512", "--batch-size", "16", "--epochs", "1", "--max-steps", "12", "--checkpoint-every", "2", "--log-every", "1"],
-    "fsdp": [
-        "--synthetic", "--init", "random", "--model-config", "tiny", "--synthetic-samples", "128", "--source-len", "32", "--target-len", "16",
-        "--batch-size", "4", "--epochs", "1", "--max-steps", "12", "--checkpoint-every", "2", "--log-every", "1",
-    ],
+_TRAIN_TINY = ("--epochs", "1", "--max-steps", "12", "--checkpoint-every", "2", "--log-every", "1")  # a checkpoint every 2 steps
+WORKLOADS: dict[str, Workload] = {
+    w.key: w
+    for w in (
+        Workload(
+            key="ddp", kind="ddp", name="ddp-mnist", program="ddp_mnist.py", runtime=TORCH_RUNTIME, settings=DdpJobSettings,
+            tiny_profile=("--synthetic-samples", "512", "--batch-size", "16", *_TRAIN_TINY),
+        ),
+        Workload(
+            key="fsdp", kind="fsdp", name="fsdp-t5", program="fsdp_t5.py", runtime=TORCH_HF_RUNTIME, settings=FsdpJobSettings,
+            # the real data path: the dataset and model the (emulated) initializers wrote
+            tiny_profile=("--source-len", "32", "--target-len", "16", "--batch-size", "4", *_TRAIN_TINY),
+        ),
+        Workload(
+            key="tf", kind="tf", name="tf-mnist", program="tf_mnist.py", runtime=TF_RUNTIME, settings=TfJobSettings,
+            tiny_profile=("--synthetic-samples", "512", "--batch-size", "16", *_TRAIN_TINY),
+        ),
+        # small messages and no pass mark: on CPU (gloo) the figure says nothing about a fabric
+        Workload(
+            key="ncclCheck", kind="nccl-check", name="nccl-check", program="allreduce_check.py", runtime=TORCH_RUNTIME, settings=NcclCheckSettings,
+            tiny_profile=("--min-bytes", "4K", "--max-bytes", "1M", "--warmup", "2", "--iters", "5", "--min-busbw-gbps", "0"),
+        ),
+    )
 }
+WORKLOAD_BY_KIND = {w.kind: w for w in WORKLOADS.values()}
+TINY_PROFILE = {w.kind: list(w.tiny_profile) for w in WORKLOADS.values()}
 
 
 def code_files() -> dict[str, str]:
@@ -51,14 +87,16 @@ def code_files() -> dict[str, str]:
     return {p.name: p.read_text() for p in sorted(PROGRAMS_DIR.glob("*.py"))}
 
 
-def code_hash(files: dict[str, str]) -> str:
+def code_hash(files: Mapping[str, str | bytes]) -> str:
+    """Over names and contents; a file given as bytes (binary) hashes its bytes, text its UTF-8."""
     h = hashlib.sha256()
     for name in sorted(files):
-        h.update(name.encode() + b"\0" + files[name].encode() + b"\0")
+        content = files[name]
+        h.update(name.encode() + b"\0" + (content if isinstance(content, bytes) else content.encode()) + b"\0")
     return h.hexdigest()
 
 
-def code_configmap_name(files: dict[str, str]) -> str:
+def code_configmap_name(files: Mapping[str, str | bytes]) -> str:
     """Content-addressed: a code change makes a new ConfigMap, so the TrainJob referencing it
     changes and is replaced (the job rolls)."""
     return f"training-code-{code_hash(files)[:10]}"
@@ -68,14 +106,21 @@ def namespace(name: str) -> dict:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": {"pod-security.kubernetes.io/enforce": "baseline", "pod-security.kubernetes.io/warn": "restricted"}}}
 
 
-def code_configmap(ns: str, files: dict[str, str]) -> dict:
-    return {
+def code_configmap(ns: str, files: Mapping[str, str | bytes]) -> dict:
+    """Text files go into ``data``; files given as bytes (not UTF-8) into ``binaryData``, base64
+    as the API carries it (the ConfigMap API: values with non-UTF-8 byte sequences must use
+    BinaryData)."""
+    cm: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": code_configmap_name(files), "namespace": ns, "annotations": {CODE_HASH_ANNOTATION: code_hash(files)}},
         "immutable": True,
-        "data": dict(files),
+        "data": {k: v for k, v in files.items() if not isinstance(v, bytes)},
     }
+    binary = {k: base64.b64encode(v).decode() for k, v in files.items() if isinstance(v, bytes)}
+    if binary:
+        cm["binaryData"] = binary
+    return cm
 
 
 def checkpoint_volume(*, ns: str, storage_type: str, volume_handle: Any, capacity_gib: int, attributes: dict | None = None) -> tuple[dict, dict]:
@@ -103,17 +148,51 @@ def checkpoint_volume(*, ns: str, storage_type: str, volume_handle: Any, capacit
     return pv, pvc
 
 
-def program_args(workload: Workload, job: DdpJobSettings | FsdpJobSettings) -> list[str]:
+def initialized_dir(trainjob_name: str) -> str:
+    """Where a TrainJob's trainer pods find what its initializers downloaded: the same directory
+    of the checkpoint claim (``k8s.runtimes.initialized_subpath``) through the trainer's mount."""
+    return f"{CHECKPOINT_MOUNT}/{initialized_subpath(trainjob_name)}"
+
+
+def initializer(job: JobBase, settings: Settings) -> dict[str, Any] | None:
+    """TrainJob.spec.initializer for jobs on the runtime with initializers (FSDP: the dataset and
+    the model as ``hf://`` URIs; the optional token as a secretRef)."""
+    if not isinstance(job, FsdpJobSettings):
+        return None
+    return trainer_api.initializer_spec(dataset_uri=job.dataset_uri(), model_uri=job.model_uri(), token_secret=settings.trainjobs.hf_token_secret)
+
+
+def program_args(workload: Workload, job: JobBase) -> list[str]:
+    if not isinstance(job, workload.settings):
+        raise TypeError(f"workload {workload.key} needs {workload.settings.__name__}, not {type(job).__name__}")
+    if isinstance(job, NcclCheckSettings):
+        mark = job.pass_mark_gbps()
+        if mark is None:  # config refuses this (trainjobs.ncclCheck.minBusBwGBps is required then)
+            raise ValueError(f"TrainJob {workload.name}: no pass mark for {job.instance_type}; set trainjobs.ncclCheck.minBusBwGBps")
+        return ["--min-busbw-gbps", f"{mark:g}"] + list(job.extra_args)
+    assert isinstance(job, JobSettings)
     args = ["--epochs", str(job.epochs), "--checkpoint-dir", f"{CHECKPOINT_MOUNT}/{workload.name}"]
     if workload.kind == "ddp":
-        args += ["--data-dir", f"{CHECKPOINT_MOUNT}/data/mnist"]
-    else:
+        args += ["--synthetic", "--synthetic-samples", str(DDP_SAMPLES)]
+    elif workload.kind == "fsdp":
         assert isinstance(job, FsdpJobSettings), f"workload {workload.kind} needs FSDP job settings"
-        args += ["--model", job.model, "--data-file", f"{CHECKPOINT_MOUNT}/data/t5/train.jsonl"]
+        workspace = initialized_dir(workload.name)
+        args += ["--model", job.model, "--dataset-dir", f"{workspace}/{INITIALIZED_DATASET}", "--model-dir", f"{workspace}/{INITIALIZED_MODEL}"]
     return args + list(job.extra_args)
 
 
-def efa_devices(job: DdpJobSettings | FsdpJobSettings, settings: Settings) -> int:
+def trainer_entry(workload: Workload, job: JobBase) -> dict[str, Any]:
+    """The TrainJob trainer's ``command``/``args`` and processes per node, by runtime."""
+    args = program_args(workload, job)
+    if workload.runtime == TF_RUNTIME:
+        # one TensorFlow worker per node (MultiWorkerMirroredStrategy drives every local GPU); the
+        # runtime's wrapper command sets TF_CONFIG and execs these args
+        return {"args": ["python3", f"{CODE_MOUNT}/{workload.program}", *args], "numProcPerNode": 1}
+    # launch.py keeps the workers' non-retryable exit codes visible to the failure policy
+    return {"command": ["python3", f"{CODE_MOUNT}/launch.py", "torchrun", f"{CODE_MOUNT}/{workload.program}"], "args": args, "numProcPerNode": job_gpus_per_node(job)}
+
+
+def efa_devices(job: JobBase, settings: Settings) -> int:
     """EFA devices for one node of the job: what the EFA pool's nodes of this type expose
     (``efa_devices_per_node``, the same function the node class is built from), in proportion
     to the GPUs used. 0 when the type does not land in the EFA pool: then it gets no EFA devices
@@ -127,17 +206,18 @@ def efa_devices(job: DdpJobSettings | FsdpJobSettings, settings: Settings) -> in
     return max(1, per_node * job_gpus_per_node(job) // info.gpus)
 
 
-def job_env(job: DdpJobSettings | FsdpJobSettings, settings: Settings) -> list[dict]:
+def job_env(job: JobBase, settings: Settings) -> list[dict]:
     """The trainer container's env: libfabric/NCCL EFA settings only for jobs that get EFA
     devices (a job told ``FI_PROVIDER=efa`` on a node without EFA fails to initialise NCCL's
     network plugin instead of falling back to sockets)."""
-    env = [{"name": "HF_HOME", "value": f"{CHECKPOINT_MOUNT}/hf-cache"}]
+    # the programs read data and models from disk (the initializers downloaded them): never the hub
+    env = [{"name": "HF_HUB_OFFLINE", "value": "1"}]
     if efa_devices(job, settings):
         env += [dict(e) for e in EFA_ENV]
     return env
 
 
-def resources_per_node(job: DdpJobSettings | FsdpJobSettings, settings: Settings) -> dict:
+def resources_per_node(job: JobBase, settings: Settings) -> dict:
     info = catalog.lookup(job.instance_type)
     gpus = job_gpus_per_node(job)
     share = gpus / info.gpus
@@ -151,20 +231,32 @@ def resources_per_node(job: DdpJobSettings | FsdpJobSettings, settings: Settings
     return {"requests": {"cpu": str(cpu), "memory": f"{memory}Gi"}, "limits": {**limits, "memory": f"{memory}Gi"}}
 
 
-def trainjob(workload: Workload, job: DdpJobSettings | FsdpJobSettings, settings: Settings, *, code_configmap: str, image: Any = None, runtime_name: str | None = None) -> dict:
-    """The TrainJob of a workload on the torch runtime (``runtime_name``: its current content-hashed
-    name; computed from the settings when not given). ``image``: the trainer image (a string or
-    an Output, e.g. the stack's built image by digest); when not given, the job's own
-    ``image`` setting, which must then be set."""
+def trainjob(
+    workload: Workload, job: JobBase, settings: Settings, *, code_configmap: str, image: Any = None, runtime_name: str | None = None, queue: str | None = None, entry: dict[str, Any] | None = None
+) -> dict:
+    """The TrainJob of a workload on its runtime (``runtime_name``: the runtime's current
+    content-hashed name; computed from the settings when not given). ``image``: the trainer image
+    (a string or an Output, e.g. the stack's built image by digest); when not given, the job's
+    own ``image`` setting, which must then be set. ``queue``: the Kueue LocalQueue the job waits in
+    (with Kueue on); the job then also names its GPU pool, so Kueue picks that pool's flavor.
+    ``entry``: the trainer's ``command``/``args``/``numProcPerNode`` (``trainctl`` passes the
+    user's command); default :func:`trainer_entry` of the workload."""
     image = image if image is not None else job.image
     if image is None:
-        raise ValueError(f"TrainJob {workload.name}: no image (trainjobs.{workload.kind}.image is unset and no built image was passed)")
+        raise ValueError(f"TrainJob {workload.name}: no image (trainjobs.{workload.key}.image is unset and no built image was passed)")
+    if runtime_name is None:
+        names = runtime_names(settings.trainer)
+        if workload.runtime not in names:  # config refuses this (trainjobs.<job>.enabled)
+            raise ValueError(f"TrainJob {workload.name}: runtime {workload.runtime} is not in trainer.runtimes")
+        runtime_name = names[workload.runtime]
     ns = settings.trainjobs.namespace
     node_selector = {"node.kubernetes.io/instance-type": job.instance_type}
     zone = job.availability_zone
     if efa_devices(job, settings):
         node_selector[EFA_LABEL] = "true"
         zone = zone or settings.efa.availability_zone  # EFA nodes live in that one AZ (config refuses another)
+    elif queue is not None:
+        node_selector[POOL_LABEL] = GPU_POOL  # else Kueue may place it in an EFA pool, whose types differ
     if zone:
         node_selector["topology.kubernetes.io/zone"] = zone
     pod_spec = {
@@ -184,23 +276,27 @@ def trainjob(workload: Workload, job: DdpJobSettings | FsdpJobSettings, settings
         ],
     }
     field, value = trainer_api.pod_customization(settings.trainer.version, metadata=None, pod_spec=pod_spec)
-    gpus = job_gpus_per_node(job)
+    init = initializer(job, settings) if entry is None else None  # trainctl's own commands bring no initializer
+    lifecycle: dict[str, Any] = {}
+    if job.active_deadline_seconds is not None:  # a TrainJob field from Trainer v2.2 (config refuses it on v2.1.0)
+        if settings.trainer.version in DEADLINE_INCOMPATIBLE_TRAINERS:
+            raise ValueError(f"TrainJob {workload.name}: Trainer {settings.trainer.version} has no activeDeadlineSeconds")
+        lifecycle["activeDeadlineSeconds"] = job.active_deadline_seconds
     return {
         "apiVersion": trainer_api.API_VERSION,
         "kind": "TrainJob",
-        "metadata": {"name": workload.name, "namespace": ns, "labels": {JOB_LABEL: workload.kind}},
+        "metadata": {"name": workload.name, "namespace": ns, "labels": {JOB_LABEL: workload.kind, **({QUEUE_LABEL: queue} if queue else {})}},
         "spec": {
-            "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime", "name": runtime_name or runtime_names(settings.trainer)[TORCH_RUNTIME]},
+            "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime", "name": runtime_name},
             "trainer": {
                 "image": image,
-                # launch.py keeps the workers' non-retryable exit codes visible to the failure policy
-                "command": ["python3", f"{CODE_MOUNT}/launch.py", "torchrun", f"{CODE_MOUNT}/{workload.program}"],
-                "args": program_args(workload, job),
+                **(entry if entry is not None else trainer_entry(workload, job)),
                 "numNodes": job.num_nodes,
-                "numProcPerNode": gpus,
                 "resourcesPerNode": resources_per_node(job, settings),
-                "env": job_env(job, settings),
+                "env": [*job_env(job, settings), {"name": JOB_NAME_ENV, "value": workload.name}],
             },
+            **({"initializer": init} if init else {}),
             field: value,
+            **lifecycle,
         },
     }

@@ -1,8 +1,8 @@
 """MNIST classifier trained with DistributedDataParallel under torchrun.
 
-NCCL on GPU, gloo on CPU, the same file. Data is read from the shared volume (raw MNIST IDX
-files) or downloaded there once per node behind a barrier; ``--synthetic`` trains offline on
-generated digits. Checkpoints (model, optimizer, step, epoch, position in the epoch) go to
+NCCL on GPU, gloo on CPU, the same file. ``--synthetic`` trains on generated digits (what the
+platform's DDP job does: no rank ever downloads anything); ``--data-dir`` reads the raw MNIST IDX
+files from a directory where they already are (this program never downloads them). Checkpoints (model, optimizer, step, epoch, position in the epoch) go to
 ``--checkpoint-dir`` every ``--checkpoint-every`` steps and at each epoch end; on start the
 newest complete checkpoint is restored, so a restarted job continues at the next step.
 """
@@ -14,7 +14,6 @@ import gzip
 import os
 import struct
 import time
-import urllib.request
 
 import torch
 import torch.nn as nn
@@ -29,7 +28,6 @@ MNIST_FILES = {
     "test_images": "t10k-images-idx3-ubyte.gz",
     "test_labels": "t10k-labels-idx1-ubyte.gz",
 }
-MNIST_MIRROR = "https://ossci-datasets.s3.amazonaws.com/mnist/"
 
 
 def parse_args(argv=None):
@@ -37,12 +35,12 @@ def parse_args(argv=None):
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=64, help="per process")
     p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--data-dir", default="/mnt/checkpoints/data/mnist")
+    p.add_argument("--data-dir", help="directory holding the four MNIST IDX .gz files")
     p.add_argument("--checkpoint-dir", default="/mnt/checkpoints/ddp-mnist")
     p.add_argument("--checkpoint-every", type=int, default=200, help="steps between checkpoints")
     p.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0 = all epochs)")
     p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--synthetic", action="store_true", help="generated digits, no download")
+    p.add_argument("--synthetic", action="store_true", help="generated digits instead of MNIST files")
     p.add_argument("--synthetic-samples", type=int, default=2048)
     p.add_argument("--log-every", type=int, default=50)
     p.add_argument("--num-workers", type=int, default=2)
@@ -50,6 +48,8 @@ def parse_args(argv=None):
     for name in ("epochs", "batch_size", "checkpoint_every"):
         if getattr(args, name) < 1:
             trainlib.usage_error(p, f"--{name.replace('_', '-')} must be >= 1")
+    if args.synthetic == bool(args.data_dir):
+        trainlib.usage_error(p, "pass exactly one of --synthetic and --data-dir")
     return args
 
 
@@ -79,23 +79,12 @@ def _read_idx(path: str) -> torch.Tensor:
     trainlib.fail_config(f"{path} is not an MNIST IDX file (magic {magic})")
 
 
-def _download(data_dir: str) -> None:
-    os.makedirs(data_dir, exist_ok=True)
-    for fname in MNIST_FILES.values():
-        dest = os.path.join(data_dir, fname)
-        if not os.path.exists(dest):
-            tmp = f"{dest}.{os.getpid()}.part"  # nodes sharing the volume never write one file
-            urllib.request.urlretrieve(MNIST_MIRROR + fname, tmp)
-            os.replace(tmp, dest)
-
-
-def load_mnist(args, d: trainlib.Dist) -> tuple[TensorDataset, TensorDataset]:
+def load_mnist(args) -> tuple[TensorDataset, TensorDataset]:
     if args.synthetic:
         return _synthetic(args.synthetic_samples, args.seed), _synthetic(max(256, args.synthetic_samples // 8), args.seed + 1)
-    missing = not all(os.path.exists(os.path.join(args.data_dir, f)) for f in MNIST_FILES.values())
-    if missing and d.is_local_main:  # once per node, never by every rank; later nodes find it
-        _download(args.data_dir)
-    trainlib.barrier()  # every rank, whatever it saw: nobody reads a file still being written
+    missing = [f for f in MNIST_FILES.values() if not os.path.exists(os.path.join(args.data_dir, f))]
+    if missing:
+        trainlib.fail_config(f"{args.data_dir} lacks {', '.join(missing)} (this program never downloads them; or pass --synthetic)")
     t = {k: _read_idx(os.path.join(args.data_dir, f)) for k, f in MNIST_FILES.items()}
 
     def norm(images):
@@ -132,7 +121,7 @@ def evaluate(model, loader, d: trainlib.Dist) -> tuple[float, float]:
 def main(argv=None) -> int:
     args = parse_args(argv)
     d = trainlib.setup()
-    train_set, test_set = load_mnist(args, d)
+    train_set, test_set = load_mnist(args)
     sampler = DistributedSampler(train_set, num_replicas=d.world_size, rank=d.rank, shuffle=True, seed=args.seed, drop_last=True)
     test_sampler = DistributedSampler(test_set, num_replicas=d.world_size, rank=d.rank, shuffle=False)
     pin = d.device.type == "cuda"
@@ -193,6 +182,11 @@ def main(argv=None) -> int:
                 seconds = trainlib.all_reduce_max(window[2], d.device)
                 last_loss = loss_sum / max(samples, 1)
                 trainlib.event(d, "step", step=step, epoch=epoch, loss=round(last_loss, 6), samples_per_s=round(samples / max(seconds, 1e-9), 1))
+                steps_logged = max(1.0, samples / (args.batch_size * d.world_size))  # drop_last: whole global batches
+                trainlib.metric(
+                    d, "step", step=step, epoch=epoch, loss=round(last_loss, 6), samples_per_s=round(samples / max(seconds, 1e-9), 1),
+                    step_time_s=round(seconds / steps_logged, 5), memory_gib=round(trainlib.memory_gib(d), 3),
+                )
                 window = [0.0, 0.0, 0.0]
                 t0 = time.perf_counter()
             if step % args.checkpoint_every == 0:
@@ -207,6 +201,7 @@ def main(argv=None) -> int:
     elapsed = trainlib.all_reduce_max(time.perf_counter() - t_start, d.device)
     trained = (step - (resumed_from or 0)) * args.batch_size * d.world_size
     trainlib.event(d, "result", final_step=step, final_loss=round(last_loss, 6), resumed_from_step=resumed_from, samples_per_s=round(trained / max(elapsed, 1e-9), 1))
+    trainlib.metric(d, "result", step=step, loss=round(last_loss, 6), samples_per_s=round(trained / max(elapsed, 1e-9), 1), memory_gib=round(trainlib.memory_gib(d), 3))
     trainlib.finish()
     return 0
 

@@ -2,9 +2,14 @@
 
 ``fully_shard`` per transformer block, then the root; bf16 mixed precision on GPU (fp32 gradient
 reduction); optional activation checkpointing; pad tokens masked out of the loss (-100), the loss
-computed in fp32; gradient accumulation. Pretrained weights come from the Hugging Face hub in
-the cluster (downloaded once per node into the shared cache); ``--init random`` builds the model
-from a known config with no download (``--model-config tiny`` for tests). Sharded checkpoints
+computed in fp32; gradient accumulation. The model (config, safetensors weights, tokenizer) and the
+dataset are read from local directories, ``--model-dir`` and ``--dataset-dir``: on the cluster the
+Trainer's model and dataset initializers downloaded them there before this job started, so the
+program never contacts the hub. The dataset is the split's parquet or JSON lines files
+(``<split>-*.parquet`` as the hub's parquet layout names them, e.g. billsum's
+``data/train-00000-of-00001.parquet``) with a text and a summary column. ``--init random`` builds
+the model from a known config (``--model-config tiny`` for tests); ``--synthetic`` trains on
+generated token sequences with no data at all (benchmarks). Sharded checkpoints
 with ``torch.distributed.checkpoint``; on start the newest complete one is restored. By default a
 save is asynchronous (``--checkpoint-mode async``): the loop waits only while the state is copied to
 host memory, the files are written in the background, and the checkpoint is marked complete only
@@ -14,6 +19,7 @@ once they are; ``--checkpoint-mode sync`` writes in the loop.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import resource
@@ -44,8 +50,15 @@ IGNORE = -100
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
-    p.add_argument("--model", default="google-t5/t5-large", help="hub model id (weights with --init pretrained)")
-    p.add_argument("--init", choices=("pretrained", "random"), default="pretrained")
+    p.add_argument("--model", default="google-t5/t5-large", help="hub model id (names the architecture for --init random)")
+    p.add_argument("--model-dir", help="directory of the model (config, safetensors weights, tokenizer) the model initializer downloaded")
+    p.add_argument("--dataset-dir", help="directory of the dataset the dataset initializer downloaded (parquet or JSON lines files)")
+    p.add_argument("--split", default="train", help="dataset split: files named <split>-*.parquet|jsonl or <split>.parquet|jsonl")
+    p.add_argument("--text-column", default="text")
+    p.add_argument("--summary-column", default="summary")
+    p.add_argument("--source-prefix", default="summarize: ", help="T5's task prefix for the source text")
+    p.add_argument("--max-samples", type=int, default=0, help="use only the first N rows (0 = all)")
+    p.add_argument("--init", choices=("pretrained", "random"), default="pretrained", help="pretrained: the weights in --model-dir")
     p.add_argument("--model-config", choices=sorted(T5_CONFIGS), default=None, help="architecture for --init random (default: from --model)")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--batch-size", type=int, default=8, help="micro-batch per process")
@@ -53,8 +66,7 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--source-len", type=int, default=512)
     p.add_argument("--target-len", type=int, default=128)
-    p.add_argument("--data-file", default="/mnt/checkpoints/data/t5/train.jsonl", help="JSON lines with source and target text")
-    p.add_argument("--synthetic", action="store_true", help="generated token sequences, no download")
+    p.add_argument("--synthetic", action="store_true", help="generated token sequences instead of the dataset")
     p.add_argument("--synthetic-samples", type=int, default=1024)
     p.add_argument("--checkpoint-dir", default="/mnt/checkpoints/fsdp-t5")
     p.add_argument("--checkpoint-every", type=int, default=100)
@@ -75,6 +87,10 @@ def parse_args(argv=None):
         args.model_config = args.model.rsplit("/", 1)[-1]
     if args.init == "random" and args.model_config not in T5_CONFIGS:
         trainlib.usage_error(p, f"--init random needs --model-config, one of {', '.join(sorted(T5_CONFIGS))}")
+    if args.init == "pretrained" and not args.model_dir:
+        trainlib.usage_error(p, "--init pretrained needs --model-dir (the model initializer's directory)")
+    if not args.synthetic and not (args.dataset_dir and args.model_dir):
+        trainlib.usage_error(p, "training on a dataset needs --dataset-dir and --model-dir (its tokenizer); or pass --synthetic")
     return args
 
 
@@ -86,12 +102,48 @@ def build_model(args, d: trainlib.Dist):
         # decoder_start_token_id is no T5Config field; the strict dataclass keeps extra kwargs, its typed __init__ omits them
         config = T5Config(**T5_CONFIGS[args.model_config], decoder_start_token_id=PAD_ID, pad_token_id=PAD_ID, eos_token_id=1)  # pyright: ignore[reportCallIssue]
         return T5ForConditionalGeneration(config)
-    if d.is_local_main:  # one download per node into the shared cache, then everyone loads it
-        from huggingface_hub import snapshot_download
+    _require_dir(args.model_dir, "model")
+    return T5ForConditionalGeneration.from_pretrained(args.model_dir)
 
-        snapshot_download(args.model, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt"])
-    trainlib.barrier()
-    return T5ForConditionalGeneration.from_pretrained(args.model)
+
+def _require_dir(path: str, what: str) -> None:
+    if not os.path.isdir(path) or not os.listdir(path):
+        trainlib.fail_config(f"{what} directory {path} is missing or empty (the {what} initializer writes it before the job starts)")
+
+
+def split_files(dataset_dir: str, split: str) -> list[str]:
+    """The split's data files under ``dataset_dir``, sorted: ``<split>-*`` shards or ``<split>.*``,
+    parquet or JSON lines."""
+    found = []
+    for root, dirs, files in os.walk(dataset_dir):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))  # the hub client's .cache
+        for name in files:
+            if any(fnmatch.fnmatch(name, pat) for ext in ("parquet", "jsonl") for pat in (f"{split}-*.{ext}", f"{split}.{ext}")):
+                found.append(os.path.join(root, name))
+    return sorted(found)
+
+
+def read_rows(path: str, columns: tuple[str, str]) -> list[tuple[str, str]]:
+    """(text, summary) pairs of one parquet or JSON lines file."""
+    if path.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        names = pq.read_schema(path).names
+        missing = [c for c in columns if c not in names]
+        if missing:
+            trainlib.fail_config(f"{path}: no column {', '.join(missing)} (it has {', '.join(names)})")
+        table = pq.read_table(path, columns=list(columns)).to_pydict()
+        return list(zip(table[columns[0]], table[columns[1]], strict=True))
+    rows = []
+    with open(path) as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            if not all(c in row for c in columns):
+                trainlib.fail_config(f"{path}:{n}: needs the keys {', '.join(columns)}")
+            rows.append((row[columns[0]], row[columns[1]]))
+    return rows
 
 
 def synthetic_dataset(args, vocab: int) -> TensorDataset:
@@ -112,21 +164,28 @@ def synthetic_dataset(args, vocab: int) -> TensorDataset:
     return TensorDataset(src, mask, tgt)
 
 
-def text_dataset(args, d: trainlib.Dist) -> TensorDataset:
+def text_dataset(args, vocab: int) -> TensorDataset:
+    """The split's (text, summary) rows tokenized with the model's tokenizer; rows with an empty
+    text or summary are dropped. Every rank reads the same files in the same order."""
     from transformers import AutoTokenizer
 
-    if not os.path.exists(args.data_file):
-        trainlib.fail_config(f"data file {args.data_file} not found (or pass --synthetic)")
-    if d.is_local_main:
-        AutoTokenizer.from_pretrained(args.model)  # populate the shared cache once per node
-    trainlib.barrier()
-    tok = AutoTokenizer.from_pretrained(args.model)
-    with open(args.data_file) as fh:
-        rows = [json.loads(line) for line in fh if line.strip()]
-    if not rows or not all("source" in r and "target" in r for r in rows):
-        trainlib.fail_config(f"{args.data_file}: every line needs 'source' and 'target'")
-    enc = tok([r["source"] for r in rows], max_length=args.source_len, padding="max_length", truncation=True, return_tensors="pt")
-    dec = tok([r["target"] for r in rows], max_length=args.target_len, padding="max_length", truncation=True, return_tensors="pt")
+    _require_dir(args.dataset_dir, "dataset")
+    _require_dir(args.model_dir, "model")
+    files = split_files(args.dataset_dir, args.split)
+    if not files:
+        trainlib.fail_config(f"no {args.split}-*.parquet / {args.split}-*.jsonl files under {args.dataset_dir}")
+    rows = [r for f in files for r in read_rows(f, (args.text_column, args.summary_column)) if r[0] and r[1]]
+    if args.max_samples:
+        rows = rows[: args.max_samples]
+    if not rows:
+        trainlib.fail_config(f"{args.dataset_dir}: no rows with a {args.text_column} and a {args.summary_column}")
+    tok = AutoTokenizer.from_pretrained(args.model_dir)
+    if len(tok) > vocab:
+        trainlib.fail_config(f"the tokenizer in {args.model_dir} has {len(tok)} tokens, the model {vocab}")
+    if tok.pad_token_id != PAD_ID:
+        trainlib.fail_config(f"the tokenizer's pad token id is {tok.pad_token_id}; T5 pads with {PAD_ID}")
+    enc = tok([args.source_prefix + r[0] for r in rows], max_length=args.source_len, padding="max_length", truncation=True, return_tensors="pt")
+    dec = tok([r[1] for r in rows], max_length=args.target_len, padding="max_length", truncation=True, return_tensors="pt")
     return TensorDataset(enc["input_ids"], enc["attention_mask"], dec["input_ids"])
 
 
@@ -162,7 +221,7 @@ def main(argv=None) -> int:
     d = trainlib.setup()
     bf16 = args.precision == "bf16" or (args.precision == "auto" and d.device.type == "cuda")
     model = build_model(args, d)
-    dataset = synthetic_dataset(args, model.config.vocab_size) if args.synthetic else text_dataset(args, d)
+    dataset = synthetic_dataset(args, model.config.vocab_size) if args.synthetic else text_dataset(args, model.config.vocab_size)
     model.to(d.device)  # pyright: ignore[reportArgumentType]  # transformers wraps Module.to with functools.wraps, which pyright does not bind as a method
     model = shard(model, args, d, bf16)
     assert isinstance(model, FSDPModule)  # fully_shard swapped in an FSDP subclass of the model's class
@@ -238,6 +297,12 @@ def main(argv=None) -> int:
                 last_loss = loss_sum / max(micro_batches, 1)
                 tokens_total += tokens
                 trainlib.event(d, "step", step=step, epoch=epoch, loss=round(last_loss, 6))
+                logged = max(1, round(micro_batches / (args.grad_accum * d.world_size)))  # steps since the last line
+                window_s = sum(step_times[-logged:])
+                trainlib.metric(
+                    d, "step", step=step, epoch=epoch, loss=round(last_loss, 6), tokens_per_s=round(tokens / max(window_s, 1e-9), 1),
+                    step_time_s=round(window_s / logged, 5), memory_gib=round(trainlib.memory_gib(d), 3),
+                )
                 window.zero_()
             if step % args.checkpoint_every == 0 or step % steps_per_epoch == 0:
                 save(step)
@@ -253,6 +318,9 @@ def main(argv=None) -> int:
         d, "result", final_step=step, final_loss=round(last_loss, 6), resumed_from_step=resumed_from,
         tokens_per_s=round(tokens_total / max(elapsed, 1e-9), 1), step_time_s=round(step_time, 5), peak_memory_gib=round(peak, 3),
         world_size=d.world_size, precision="bf16" if bf16 else "fp32",
+    )
+    trainlib.metric(
+        d, "result", step=step, loss=round(last_loss, 6), tokens_per_s=round(tokens_total / max(elapsed, 1e-9), 1), step_time_s=round(step_time, 5), memory_gib=round(peak, 3)
     )
     trainlib.finish()
     return 0

@@ -114,6 +114,72 @@ def event(d: Dist, kind: str, **fields) -> None:
         print(f"TRAINING_EVENT {json.dumps({'event': kind, **fields}, sort_keys=True)}", flush=True)
 
 
+# --- metrics: one JSON object per line, for the cluster's log pipeline -------------------------
+#
+# Container Insights' Fluent Bit parses a container log line that is a JSON object into fields
+# (kubernetes filter, Merge_Log On, Merge_Log_Key log_processed: aws-observability/helm-charts
+# charts/amazon-cloudwatch-observability values.yaml, application-log.conf), so CloudWatch Logs
+# Insights queries them as log_processed.<field>; Loki's `| json` and Promtail parse the same
+# lines. The first process of every node writes them, labelled with the job and the node rank.
+
+METRIC_KEY = "training_metric"  # every metric line has it: its value says what the line reports
+JOB_NAME_ENV = "TRAINING_JOB_NAME"  # set on the trainer container by the TrainJob (workloads/trainjob.py)
+
+
+def job_name() -> str:
+    """The TrainJob's name: the env the TrainJob sets, else the master address the Trainer gives
+    every node (``<job>-node-0-0.<job>``), else ``unknown``."""
+    name = os.environ.get(JOB_NAME_ENV)
+    if name:
+        return name
+    master = os.environ.get("PET_MASTER_ADDR", "")
+    return master.split(".", 1)[1] if "." in master else "unknown"
+
+
+def node_rank() -> int:
+    """This node's rank in the job: the Trainer's PET_NODE_RANK (torchrun gives workers GROUP_RANK)."""
+    return int(os.environ.get("PET_NODE_RANK") or os.environ.get("GROUP_RANK") or 0)
+
+
+def _finite(value):
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return None  # JSON has no NaN; a parser would reject the line
+    return value
+
+
+def metric_line(kind: str, *, job: str, node: int, rank: int, **values) -> str:
+    """One metric line: ``{"training_metric": kind, "job": ..., "node_rank": ..., "rank": ..., "time": ..., **values}``."""
+    record = {METRIC_KEY: kind, "job": job, "node_rank": node, "rank": rank, "time": round(time.time(), 3)}
+    record.update({k: _finite(v) for k, v in values.items()})
+    return json.dumps(record, sort_keys=True, allow_nan=False)
+
+
+def parse_metric_line(line: str) -> dict | None:
+    """The record of a metric line, else None (any other output)."""
+    if not line.startswith("{"):
+        return None
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) and METRIC_KEY in record else None
+
+
+def memory_gib(d: Dist) -> float:
+    """Peak memory of this process: allocated on its GPU, or its resident set on CPU."""
+    if d.device.type == "cuda":
+        return torch.cuda.max_memory_allocated(d.device) / 2**30
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+
+
+def metric(d: Dist, kind: str, **values) -> None:
+    """Write one metric line from the first process of each node (call it on every rank)."""
+    if d.is_local_main:
+        print(metric_line(kind, job=job_name(), node=node_rank(), rank=d.rank, **values), flush=True)
+
+
 EXIT_FILE_ENV = "TRAINING_EXIT_CODE_FILE"  # set by launch.py
 
 
@@ -179,12 +245,14 @@ def resume(d: Dist, root: str, load_state) -> tuple[int, int | None, float]:
     Returns (step to continue from, step resumed from or None, last logged loss)."""
     found = latest_checkpoint(root)
     if not found:
+        metric(d, "start", resumed_from_step=None, world_size=d.world_size)  # one per attempt: restarts count them
         return 0, None, float("nan")
     path, meta = found
     t0 = time.perf_counter()
     load_state(path)
     seconds = all_reduce_max(time.perf_counter() - t0, d.device)
     event(d, "resumed", step=meta["step"], epoch=meta["epoch"], path=path, seconds=round(seconds, 4))
+    metric(d, "start", resumed_from_step=meta["step"], world_size=d.world_size, restore_s=round(seconds, 4))
     return meta["step"], meta["step"], meta.get("loss", float("nan"))
 
 

@@ -1,0 +1,167 @@
+"""Components that wire the tenant and Kueue builders (``k8s/tenants.py``, ``k8s/kueue.py``) to
+resources: ``Kueue`` (the Helm release, a ResourceFlavor per GPU pool, the stack's own
+ClusterQueue) and ``Tenants`` (per team: namespace objects, checkpoint volume, ClusterQueue and
+LocalQueue, EKS access entries).
+
+Why no tenant principal ever gets cluster scope: a team's access entry carries only the team's
+Kubernetes group, bound by a RoleBinding inside the team's namespace; the optional AWS-managed
+view policy is associated with ``accessScope.type: namespace`` naming that namespace alone. A
+cluster-scoped association would let the team read (or with other policies, change) every
+namespace, the other teams' included. AWS: "If none of the access policies meet your
+requirements, then don't associate an access policy ... specify one or more group names ... and
+create and manage Kubernetes role-based access control objects", and a principal with a policy
+gets the policy's rights *and* its groups' (EKS User Guide, "Associate access policies with
+access entries"; CreateAccessEntry ``kubernetesGroups``).
+"""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+import versions
+from infra.cluster import Cluster
+from infra.settings import Settings
+from infra.storage import CheckpointStorage
+from k8s import kueue as kq
+from k8s import tenants as tn
+from k8s.helm import release
+from k8s.resources import apply_manifest
+from k8s.trainer import Trainer
+from workloads import trainjob as tj
+
+VIEW_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSViewPolicy"
+
+
+class Kueue(pulumi.ComponentResource):
+    """Kueue's release (after the Trainer's, whose TrainJob CRD the integration watches), a
+    ResourceFlavor per GPU pool and the stack's own ClusterQueue. ``ready``: what an object of a
+    Kueue kind, or a TrainJob Kueue must admit, depends on."""
+
+    ready: list[pulumi.Resource]
+
+    def __init__(self, name: str, *, settings: Settings, trainer: Trainer, provider: k8s.Provider, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("training-platform:k8s:Kueue", name, None, opts)
+
+        def o(*deps: pulumi.Resource) -> pulumi.ResourceOptions:
+            return pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(deps))
+
+        # Kueue 0.19.2 starts an integration whose CRD is missing only after polling for it
+        # (pkg/controller/jobframework/setup.go WaitForAPI): installing after the Trainer avoids the wait.
+        self.release = release(
+            "kueue",
+            chart=versions.KUEUE_CHART,
+            version=versions.KUEUE_VERSION,
+            namespace=kq.KUEUE_NAMESPACE,
+            create_namespace=True,
+            values=kq.chart_values(settings),
+            opts=o(trainer.release),
+        )
+        self.flavors = [apply_manifest(kq.system_resource_flavor(), o(self.release)), *(apply_manifest(kq.resource_flavor(p), o(self.release)) for p in kq.pools(settings))]
+        self.ready = [self.release, *self.flavors]
+        self.training_queue = apply_manifest(kq.training_cluster_queue(settings), o(*self.ready))
+        self.register_outputs({"clusterQueue": kq.TRAINING_QUEUE, "flavors": [p.name for p in kq.pools(settings)]})
+
+
+class Tenants(pulumi.ComponentResource):
+    """Every team of ``settings.tenants``."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        settings: Settings,
+        cluster: Cluster,
+        storage: CheckpointStorage,
+        kueue: Kueue | None,
+        provider: k8s.Provider,
+        tags: dict[str, str],
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        super().__init__("training-platform:k8s:Tenants", name, None, opts)
+        self._s = settings
+        self._storage = storage
+        self._provider = provider
+        teams = settings.tenants.teams()
+        dirs_ready = self._fsx_directories(sorted(teams)) if storage.type == "fsx" else []
+        self.namespaces: dict[str, str] = {}
+        reader = self._apply(tn.runtime_reader_role())
+        reader_binding = self._apply(tn.runtime_reader_binding(list(teams)), reader)
+        for team, tenant in teams.items():
+            ns_name = settings.tenants.namespace_of(team)
+            self.namespaces[team] = ns_name
+            ns = self._apply(tn.namespace(ns_name, team))
+            gpu_cap = kq.gpu_ceiling(settings) if kueue else (tenant.gpu_quota or 0)
+            for manifest in (tn.resource_quota(ns_name, team, tenant, gpu_cap=gpu_cap), tn.limit_range(ns_name, team), tn.network_policy(ns_name, team), tn.role(ns_name, team)):
+                self._apply(manifest, ns)
+            binding = self._apply(tn.role_binding(ns_name, team), ns)
+            self._checkpoint_volume(team, ns_name, ns, dirs_ready)
+            if kueue is not None:
+                cq = self._apply(kq.team_cluster_queue(team, tenant, namespace=ns_name, settings=settings), *kueue.ready)
+                self._apply(kq.local_queue(ns_name, kq.team_queue_name(team), team), ns, cq)
+            for i, arn in enumerate(tenant.principal_arns):
+                entry = aws.eks.AccessEntry(
+                    f"{name}-{team}-{i}",
+                    cluster_name=cluster.eks_cluster.eks_cluster.name,
+                    principal_arn=arn,
+                    type="STANDARD",
+                    kubernetes_groups=[tn.team_group(team)],
+                    tags=tags,
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[binding, reader_binding]),
+                )
+                if tenant.namespace_view_policy:
+                    aws.eks.AccessPolicyAssociation(
+                        f"{name}-{team}-{i}-view",
+                        cluster_name=cluster.eks_cluster.eks_cluster.name,
+                        principal_arn=arn,
+                        policy_arn=VIEW_POLICY,
+                        access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="namespace", namespaces=[ns_name]),
+                        opts=pulumi.ResourceOptions(parent=self, depends_on=[entry]),
+                    )
+        self.register_outputs({"namespaces": self.namespaces})
+
+    def _apply(self, manifest: dict, *deps: pulumi.Resource) -> pulumi.CustomResource:
+        return apply_manifest(manifest, pulumi.ResourceOptions(parent=self, provider=self._provider, depends_on=list(deps)))
+
+    def _fsx_directories(self, teams: list[str]) -> list[pulumi.Resource]:
+        """The teams' directories on FSx for Lustre (the CSI driver mounts a sub-directory only if
+        it exists): a Job in its own namespace mounts the file system's root and creates them."""
+        st = self._storage
+        ns = self._apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": tn.STORAGE_NAMESPACE, "labels": dict(tn.POD_SECURITY_LABELS)}})
+        pv_manifest, pvc_manifest = tj.checkpoint_volume(ns=tn.STORAGE_NAMESPACE, storage_type=st.type, volume_handle=st.volume_handle, capacity_gib=st.capacity_gib, attributes=st.attributes)
+        pv = self._apply(pv_manifest, st.addon)
+        pvc = self._apply(pvc_manifest, ns, pv)
+        job = self._apply(tn.tenant_dirs_job(teams, uid=int(versions.WORKLOAD_UID), image=versions.TENANT_DIRS_IMAGE), pvc)
+        return [job]
+
+    def _checkpoint_volume(self, team: str, ns_name: str, ns: pulumi.Resource, dirs_ready: list[pulumi.Resource]) -> None:
+        """The team's ``checkpoints`` claim, bound to a volume of the team's own directory: an EFS
+        access point rooted there, or a Lustre sub-directory mount. Teams cannot create
+        PersistentVolumes (their Role), so they reach no other directory."""
+        st = self._storage
+        fs = st.file_system
+        if st.type == "efs":
+            uid = int(versions.WORKLOAD_UID)
+            ap = aws.efs.AccessPoint(
+                f"{team}-checkpoints",
+                file_system_id=fs.id,
+                # EFS creates the root directory on first mount with this owner and mode
+                root_directory=aws.efs.AccessPointRootDirectoryArgs(
+                    path=f"/{tn.team_directory(team)}",
+                    creation_info=aws.efs.AccessPointRootDirectoryCreationInfoArgs(owner_uid=uid, owner_gid=uid, permissions="0750"),
+                ),
+                posix_user=aws.efs.AccessPointPosixUserArgs(uid=uid, gid=uid),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            handle = pulumi.Output.all(fs.id, ap.id).apply(lambda ids: tn.efs_volume_handle(ids[0], ids[1]))
+            attributes = None
+        else:
+            assert isinstance(fs, aws.fsx.LustreFileSystem)
+            volume = pulumi.Output.all(fs.id, fs.mount_name).apply(lambda v: tn.fsx_volume(v[0], v[1], team))
+            handle = volume.apply(lambda v: v[0])
+            attributes = {"dnsname": fs.dns_name, "mountname": volume.apply(lambda v: v[1])}
+        pv_manifest, pvc_manifest = tj.checkpoint_volume(ns=ns_name, storage_type=st.type, volume_handle=handle, capacity_gib=st.capacity_gib, attributes=attributes)
+        pv_manifest["metadata"]["labels"] = {tn.TEAM_LABEL: team}
+        pv = self._apply(pv_manifest, st.addon, *dirs_ready)
+        self._apply(pvc_manifest, ns, pv)

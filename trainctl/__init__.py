@@ -1,0 +1,1 @@
+"""trainctl: submit and follow TrainJobs on the platform from a code directory (``trainctl --help``)."""

@@ -1,0 +1,365 @@
+"""trainctl: submit a code directory as a TrainJob on the platform and follow it.
+
+    trainctl submit [--dry-run] --namespace NS --nodes N [--gpus-per-node G] [--instance-type T]
+                    [--image IMG] [--name NAME] [--runtime torch|tensorflow] CODE_DIR -- COMMAND...
+    trainctl list | status NAME | logs NAME [--node K] [--follow] | delete NAME | runtimes
+
+The kubeconfig comes from ``--kubeconfig``, else ``$KUBECONFIG``, else ``~/.kube/config``; the
+namespace from ``--namespace``, else the kubeconfig context's. Tables for people; ``--output
+json|yaml`` for scripts. Bad input is one ``trainctl: error: ...`` line on stderr and exit code 2,
+with nothing created; a failed cluster call is one line and exit code 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+import yaml
+
+import versions
+from k8s.tenants import QUEUE_LABEL
+from trainctl import objects
+from trainctl.code import CodeError, collect
+from trainctl.kube import Cluster, ClusterError, default_namespace
+
+RESTART_LABEL = "jobset.sigs.k8s.io/restart-attempt"
+"""The JobSet restart attempt a pod belongs to (kubernetes-sigs/jobset pkg/constants RestartsKey)."""
+KUEUE_STARTED = "Started"
+"""Kueue's event on a job it admitted, "Admitted by clusterQueue <name>" (kubernetes-sigs/kueue
+v0.19.2 pkg/controller/jobframework/reconciler.go startJob)."""
+KUEUE_PENDING = "Pending"
+"""Kueue's event on a Workload it could not admit, with the reason (kueue v0.19.2
+pkg/scheduler/scheduler.go requeueAndUpdate). A TrainJob's Workload is named
+``trainjob-<job name>-<hash>`` (kueue pkg/controller/jobframework/workload_names.go)."""
+
+
+class UsageError(Exception):
+    pass
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, not argparse's usage block
+        raise UsageError(message)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig context's)")
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
+    p.add_argument("--context", help="kubeconfig context (default: the current one)")
+    p.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table", help="table (default), json or yaml")
+
+
+def parser() -> Parser:
+    ap = Parser(prog="trainctl", description="Submit and follow TrainJobs on the training platform.")
+    sub = ap.add_subparsers(dest="cmd", required=True, parser_class=Parser)
+    s = sub.add_parser("submit", help="ship CODE_DIR as a ConfigMap and create a TrainJob that runs COMMAND (after --)")
+    _common(s)
+    s.add_argument("--dry-run", action="store_true", help="print the objects as YAML and create nothing (needs no cluster)")
+    s.add_argument("--nodes", type=int, required=True, help="nodes (pods)")
+    s.add_argument("--gpus-per-node", type=int, help="GPUs (processes) per node (default: all GPUs of the instance type)")
+    s.add_argument("--instance-type", default="g5.xlarge", help="GPU instance type of each node (default g5.xlarge)")
+    s.add_argument("--image", help="training image (default: the runtime's pinned image)")
+    s.add_argument("--name", help="TrainJob name (default: <code dir>-<hash of code and command>)")
+    s.add_argument("--runtime", default="torch", help="torch (default) or tensorflow")
+    s.add_argument("--runtime-name", help="the runtime's object name (default: found by label in the cluster; with --dry-run, computed from the platform's defaults)")
+    s.add_argument("--trainer-version", help=f"Trainer release whose TrainJob shape to write (default: what the cluster serves; with --dry-run {versions.DEFAULT_TRAINER_VERSION})")
+    s.add_argument("--efa-zone", help="run in the cluster's EFA pool in this zone (the instance type must be one of the pool's): EFA devices and their environment")
+    s.add_argument("code_dir", metavar="CODE_DIR")
+    for name, text in (("list", "TrainJobs in the namespace"), ("runtimes", "the training runtimes the cluster offers")):
+        _common(sub.add_parser(name, help=text))
+    for name, text in (("status", "phase, queueing, restarts, times, last failure of a TrainJob"), ("delete", "delete a TrainJob and its code ConfigMap (unless another job uses it)")):
+        p = sub.add_parser(name, help=text)
+        _common(p)
+        p.add_argument("name", metavar="NAME")
+    p = sub.add_parser("logs", help="logs of one node of a TrainJob")
+    _common(p)
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("--node", type=int, default=0, help="node index (default 0)")
+    p.add_argument("-f", "--follow", action="store_true", help="stream until the pod ends")
+    return ap
+
+
+# --- output ----------------------------------------------------------------------------------
+
+
+def emit(data: Any, output: str, table: Any = None) -> None:
+    if output == "json":
+        print(json.dumps(data, indent=2, sort_keys=False, default=str))
+    elif output == "yaml":
+        print(yaml.safe_dump(data, sort_keys=False, default_flow_style=False), end="")
+    else:
+        from rich.console import Console
+
+        Console(soft_wrap=True).print(table)
+
+
+def _table(title: str | None, columns: Sequence[str], rows: list[Sequence[Any]]) -> Any:
+    from rich.table import Table
+
+    t = Table(title=title, show_lines=False, header_style="bold")
+    for c in columns:
+        t.add_column(c, overflow="fold")
+    for r in rows:
+        t.add_row(*("-" if v in (None, "") else str(v) for v in r))
+    return t
+
+
+# --- status ----------------------------------------------------------------------------------
+
+
+def _conditions(tj: dict) -> dict[str, dict]:
+    return {c["type"]: c for c in (tj.get("status") or {}).get("conditions") or []}
+
+
+def phase(tj: dict) -> str:
+    """Complete, Failed, Queued (suspended with a Kueue queue label), Suspended, Running (a node
+    Job has active pods) or Created."""
+    conds = _conditions(tj)
+    for final in ("Complete", "Failed"):
+        if conds.get(final, {}).get("status") == "True":
+            return final
+    if conds.get("Suspended", {}).get("status") == "True":
+        return "Queued" if QUEUE_LABEL in (tj["metadata"].get("labels") or {}) else "Suspended"
+    jobs = (tj.get("status") or {}).get("jobsStatus") or []
+    if any(j.get("active", 0) or j.get("ready", 0) for j in jobs):
+        return "Running"
+    return "Created"
+
+
+def _latest(events: list[dict], reason: str | None = None) -> dict | None:
+    picked = [e for e in events if reason is None or e.get("reason") == reason]
+    return max(picked, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or e.get("firstTimestamp") or "", default=None)
+
+
+def admission(tj: dict, job_events: list[dict], workload_events: list[dict]) -> str:
+    """Admitted or queued and why, from Kueue's events (the job's "Started", its Workload's "Pending")."""
+    queue = (tj["metadata"].get("labels") or {}).get(QUEUE_LABEL)
+    if not queue:
+        return "not queued (no Kueue queue label)"
+    started = _latest(job_events, KUEUE_STARTED)
+    if phase(tj) != "Queued" and started:
+        return f"admitted: {started.get('message')}"
+    pending = _latest(workload_events, KUEUE_PENDING)
+    if phase(tj) == "Queued":
+        return f"queued in {queue}: {pending.get('message')}" if pending else f"queued in {queue}: waiting for Kueue to consider it"
+    return f"queue {queue}"
+
+
+def restarts(pods: list[dict]) -> int:
+    return max((int((p["metadata"].get("labels") or {}).get(RESTART_LABEL, 0)) for p in pods), default=0)
+
+
+def times(tj: dict, pods: list[dict]) -> tuple[str | None, str | None]:
+    """(started: the first pod start, finished: when Complete or Failed became true)."""
+    starts = sorted(s for p in pods if (s := (p.get("status") or {}).get("startTime")))
+    conds = _conditions(tj)
+    finished = next((conds[t].get("lastTransitionTime") for t in ("Complete", "Failed") if conds.get(t, {}).get("status") == "True"), None)
+    return (starts[0] if starts else None), finished
+
+
+def last_failure(tj: dict, pods: list[dict], job_events: list[dict]) -> str | None:
+    """The Failed condition's reason and message, else the latest container that ended with a
+    non-zero exit code, else the latest Warning event on the job."""
+    failed = _conditions(tj).get("Failed")
+    if failed and failed.get("status") == "True":
+        return f"{failed.get('reason')}: {failed.get('message')}"
+    ended = []
+    for p in pods:
+        for cs in (p.get("status") or {}).get("containerStatuses") or []:
+            for state in (cs.get("state") or {}, cs.get("lastState") or {}):
+                term = state.get("terminated")
+                if term and term.get("exitCode", 0) != 0:
+                    ended.append((term.get("finishedAt") or "", f"pod {p['metadata']['name']} container {cs['name']} exited {term['exitCode']} ({term.get('reason') or 'Error'})"))
+    if ended:
+        return max(ended)[1]
+    warning = _latest([e for e in job_events if e.get("type") == "Warning"])
+    return f"{warning.get('reason')}: {warning.get('message')}" if warning else None
+
+
+def status_report(tj: dict, pods: list[dict], job_events: list[dict], workload_events: list[dict], steps: list[Any]) -> dict:
+    started, finished = times(tj, pods)
+    trainer = tj["spec"].get("trainer") or {}
+    return {
+        "name": tj["metadata"]["name"],
+        "namespace": tj["metadata"].get("namespace"),
+        "phase": phase(tj),
+        "admission": admission(tj, job_events, workload_events),
+        "runtime": tj["spec"]["runtimeRef"]["name"],
+        "nodes": trainer.get("numNodes"),
+        "restarts": restarts(pods),
+        "created": tj["metadata"].get("creationTimestamp"),
+        "started": started,
+        "finished": finished,
+        "lastFailure": last_failure(tj, pods, job_events),
+        "steps": [{"name": s.name, "status": s.status, "pod": s.pod_name} for s in steps],
+    }
+
+
+# --- commands --------------------------------------------------------------------------------
+
+
+def _cluster(args: argparse.Namespace) -> Cluster:
+    ns = args.namespace or default_namespace(args.kubeconfig, args.context)
+    return Cluster(namespace=ns, kubeconfig=args.kubeconfig, context=args.context)
+
+
+def cmd_submit(args: argparse.Namespace, command: list[str]) -> int:
+    if not args.namespace:
+        raise UsageError("--namespace is required for submit")
+    req = objects.Request(
+        namespace=args.namespace, nodes=args.nodes, command=command, runtime=args.runtime, gpus_per_node=args.gpus_per_node, instance_type=args.instance_type,
+        image=args.image, name=args.name, trainer_version=args.trainer_version or versions.DEFAULT_TRAINER_VERSION, runtime_name=args.runtime_name, efa_zone=args.efa_zone,
+    )
+    objects.check(req)  # before reading the code dir or calling the cluster
+    bundle = collect(args.code_dir)
+    if args.dry_run:
+        cm, tj = objects.build(req, bundle)
+        if args.output == "json":
+            print(json.dumps({"apiVersion": "v1", "kind": "List", "items": [cm, tj]}, indent=2))
+        else:
+            print(yaml.safe_dump_all([cm, tj], sort_keys=False), end="")
+        return 0
+    cluster = Cluster(namespace=args.namespace, kubeconfig=args.kubeconfig, context=args.context)
+    for group, resource in (("trainer.kubeflow.org", "trainjobs"), ("", "configmaps")):
+        allowed, reason = cluster.can("create", group, resource)
+        if not allowed:
+            raise ClusterError(f"you may not create {resource} in namespace {args.namespace}" + (f" ({reason})" if reason else "") + ": ask the platform team for access to it")
+    version = args.trainer_version or cluster.served_trainer_version()
+    runtime_name = args.runtime_name or cluster.current_runtime(objects.RUNTIMES[req.runtime])
+    req = objects.Request(**{**req.__dict__, "trainer_version": version, "runtime_name": runtime_name})
+    cm, tj = objects.build(req, bundle)
+    created_cm = cluster.create_configmap(cm)
+    try:
+        cluster.create_trainjob(tj)
+    except ClusterError:
+        if created_cm:  # leave nothing behind
+            cluster.delete_configmap(cm["metadata"]["name"])
+        raise
+    result = {"trainjob": tj["metadata"]["name"], "namespace": args.namespace, "configmap": cm["metadata"]["name"], "configmapCreated": created_cm, "runtime": runtime_name, "trainerVersion": version}
+    if args.output == "table":
+        reused = "" if created_cm else " (already there: same code)"
+        print(f"trainjob/{result['trainjob']} created in {args.namespace}: {req.nodes} nodes on {runtime_name}, code in configmap/{result['configmap']}{reused}")
+    else:
+        emit(result, args.output)
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    cluster = _cluster(args)
+    rows = [
+        {
+            "name": t["metadata"]["name"], "phase": phase(t), "nodes": (t["spec"].get("trainer") or {}).get("numNodes"), "runtime": t["spec"]["runtimeRef"]["name"],
+            "queue": (t["metadata"].get("labels") or {}).get(QUEUE_LABEL), "created": t["metadata"].get("creationTimestamp"),
+        }
+        for t in sorted(cluster.list_trainjobs(), key=lambda t: t["metadata"]["name"])
+    ]
+    cols = ["name", "phase", "nodes", "runtime", "queue", "created"]
+    emit(rows, args.output, _table(f"TrainJobs in {cluster.namespace}", [c.upper() for c in cols], [[r[c] for c in cols] for r in rows]))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    cluster = _cluster(args)
+    tj = cluster.get_trainjob(args.name)
+    pods = cluster.pods(args.name)
+    job_events = cluster.events("TrainJob", args.name)
+    prefix = f"trainjob-{args.name}-"
+    workload_events = [e for e in cluster.events("Workload") if e["involvedObject"]["name"].startswith(prefix)]
+    steps = cluster.job(args.name).steps
+    report = status_report(tj, pods, job_events, workload_events, steps)
+    fields = [(k, report[k]) for k in ("name", "namespace", "phase", "admission", "runtime", "nodes", "restarts", "created", "started", "finished", "lastFailure")]
+    if args.output == "table":
+        from rich.console import Console
+
+        console = Console(soft_wrap=True)
+        console.print(_table(f"TrainJob {report['name']}", ["FIELD", "VALUE"], [list(f) for f in fields]))
+        console.print(_table("nodes", ["STEP", "STATUS", "POD"], [[s["name"], s["status"], s["pod"]] for s in report["steps"]]))
+    else:
+        emit(report, args.output)
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    if args.node < 0:
+        raise UsageError(f"--node {args.node}: allowed: a node index from 0")
+    cluster = _cluster(args)
+    tj = cluster.get_trainjob(args.name)
+    nodes = int((tj["spec"].get("trainer") or {}).get("numNodes") or 1)
+    if args.node >= nodes:
+        raise UsageError(f"--node {args.node}: {args.name} has {nodes} nodes (0..{nodes - 1})")
+    printed = False
+    for line in cluster.logs(args.name, node=args.node, follow=args.follow):
+        print(line, flush=args.follow)
+        printed = True
+    if not printed:
+        print(f"trainctl: no logs yet: node {args.node} of {args.name} has no started pod ({phase(tj)})", file=sys.stderr)
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    cluster = _cluster(args)
+    tj = cluster.get_trainjob(args.name)
+    cm = objects.code_configmap_of(tj)
+    cluster.delete_trainjob(args.name)
+    result: dict[str, Any] = {"trainjob": args.name, "deleted": True, "configmap": cm, "configmapDeleted": False}
+    if cm:
+        users = sorted(t["metadata"]["name"] for t in cluster.list_trainjobs() if t["metadata"]["name"] != args.name and objects.code_configmap_of(t) == cm)
+        if users:
+            result["configmapKeptFor"] = users
+        else:
+            result["configmapDeleted"] = cluster.delete_configmap(cm)
+    if args.output == "table":
+        line = f"trainjob/{args.name} deleted"
+        if result.get("configmapKeptFor"):
+            line += f"; configmap/{cm} kept (used by {', '.join(result['configmapKeptFor'])})"
+        elif result["configmapDeleted"]:
+            line += f"; configmap/{cm} deleted"
+        print(line)
+    else:
+        emit(result, args.output)
+    return 0
+
+
+def cmd_runtimes(args: argparse.Namespace) -> int:
+    cluster = _cluster(args)
+    rows = [
+        {"name": r.name, "kind": str(getattr(r.kind, "value", r.kind)), "framework": r.trainer.framework, "image": r.trainer.image, "numNodes": r.trainer.num_nodes}
+        for r in sorted(cluster.runtimes(), key=lambda r: r.name)
+    ]
+    cols = ["name", "framework", "kind", "numNodes", "image"]
+    emit(rows, args.output, _table("training runtimes", [c.upper() for c in cols], [[r[c] for c in cols] for r in rows]))
+    return 0
+
+
+COMMANDS = {"list": cmd_list, "status": cmd_status, "logs": cmd_logs, "delete": cmd_delete, "runtimes": cmd_runtimes}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, command = argv[:i], argv[i + 1 :]
+    try:
+        args = parser().parse_args(argv)
+        if args.cmd == "submit":
+            return cmd_submit(args, command)
+        if command:
+            raise UsageError(f"{args.cmd} takes no command after --")
+        return COMMANDS[args.cmd](args)
+    except (UsageError, objects.SubmitError, CodeError) as err:
+        print(f"trainctl: error: {err}", file=sys.stderr)
+        return 2
+    except ClusterError as err:
+        print(f"trainctl: error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

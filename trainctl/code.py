@@ -1,0 +1,106 @@
+"""A code directory as the data of one ConfigMap.
+
+What is shipped: every regular file under the directory, except hidden files and directories
+(any name starting with ``.``: ``.git``, ``.venv``, ``.env``, editor files), ``__pycache__``
+directories and ``*.pyc`` files. Symbolic links to directories are not followed. UTF-8 files go
+into ``data``, other files into ``binaryData``.
+
+ConfigMap keys may hold only letters, digits, ``-``, ``_`` and ``.`` (the API server's
+``IsConfigMapKey``, k8s.io/apimachinery ``pkg/util/validation/validation.go``), so a file in a
+sub-directory is stored under its path with ``/`` written ``__`` and mounted back at its path
+through the volume's ``items``.
+
+Size: the API server refuses a ConfigMap whose values add up to more than 1 MiB (1048576 bytes):
+``ValidateConfigMap`` sums ``len(value)`` over ``data`` (the UTF-8 bytes) and ``binaryData`` (the
+decoded bytes) and compares it with ``MaxSecretSize`` = 1 MiB (kubernetes ``pkg/apis/core/
+validation/validation.go``, ``k8s.io/api/core/v1`` ``MaxSecretSize``; Kubernetes docs, Concepts >
+Configuration > ConfigMaps: "The data stored in a ConfigMap cannot exceed 1 MiB"). Keys are not
+counted. The same sum is made here, before anything is sent.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+from dataclasses import dataclass, field
+
+MAX_CONFIGMAP_BYTES = 1024 * 1024
+KEY_MAX_LENGTH = 253  # IsConfigMapKey: at most 253 characters
+_KEY_RE = re.compile(r"^[-._a-zA-Z0-9]+$")
+SUBDIR_SEPARATOR = "__"
+
+
+class CodeError(ValueError):
+    """A code directory that cannot be shipped (one line, for the user)."""
+
+
+@dataclass(frozen=True)
+class CodeBundle:
+    root: pathlib.Path
+    files: dict[str, str | bytes]  # ConfigMap key -> content (str: UTF-8 text, bytes: binary)
+    paths: dict[str, str] = field(default_factory=dict)  # relative path (with /) -> key
+    size: int = 0  # what the API server counts
+
+    @property
+    def items(self) -> list[dict] | None:
+        """The configMap volume's ``items`` (key -> path) when some file lives in a sub-directory;
+        None when every key is the file's own name (the whole ConfigMap is projected as is)."""
+        if all(rel == key for rel, key in self.paths.items()):
+            return None
+        return [{"key": key, "path": rel} for rel, key in sorted(self.paths.items())]
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1024 * 1024):.1f} MiB"
+
+
+def _key(rel: str) -> str:
+    key = rel.replace("/", SUBDIR_SEPARATOR)
+    if not _KEY_RE.match(key) or len(key) > KEY_MAX_LENGTH or key in (".", "..") or key.startswith(".."):
+        raise CodeError(f"file {rel!r}: a ConfigMap can only hold file names of letters, digits, '-', '_' and '.' (at most {KEY_MAX_LENGTH} characters with the path); rename it")
+    return key
+
+
+def collect(code_dir: str | os.PathLike) -> CodeBundle:
+    """The directory's files, refused with one :class:`CodeError` line when they cannot be shipped."""
+    root = pathlib.Path(code_dir)
+    if not root.exists():
+        raise CodeError(f"code dir {str(code_dir)!r} does not exist")
+    if not root.is_dir():
+        raise CodeError(f"code dir {str(code_dir)!r} is not a directory")
+    files: dict[str, str | bytes] = {}
+    paths: dict[str, str] = {}
+    sizes: dict[str, int] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
+        for name in sorted(filenames):
+            if name.startswith(".") or name.endswith(".pyc"):
+                continue
+            path = pathlib.Path(dirpath, name)
+            if not path.is_file():
+                continue
+            rel = path.relative_to(root).as_posix()
+            key = _key(rel)
+            if key in files:
+                other = next(r for r, k in paths.items() if k == key)
+                raise CodeError(f"files {other!r} and {rel!r} map to the same ConfigMap key {key!r}; rename one")
+            raw = path.read_bytes()
+            try:
+                content: str | bytes = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                content = raw
+            files[key] = content
+            paths[rel] = key
+            sizes[rel] = len(raw)
+    size = sum(sizes.values())
+    if not files:
+        raise CodeError(f"code dir {str(code_dir)!r} holds no files to ship (hidden files, __pycache__ and *.pyc are left out)")
+    if size > MAX_CONFIGMAP_BYTES:
+        biggest = sorted(sizes, key=lambda r: (-sizes[r], r))[:3]
+        raise CodeError(
+            f"code dir {str(code_dir)!r} holds {_mib(size)} ({size} bytes in {len(files)} files; largest: {', '.join(biggest)}), "
+            f"more than the 1 MiB ({MAX_CONFIGMAP_BYTES} bytes) a ConfigMap holds: build an image with the large files "
+            "(dependencies, data, weights) and pass it with --image, keeping only your scripts in the code dir"
+        )
+    return CodeBundle(root=root, files=files, paths=paths, size=size)

@@ -1,0 +1,238 @@
+"""The cluster side of trainctl: the Kubeflow SDK's ``TrainerClient`` where it serves, the
+kubernetes client where it does not.
+
+The SDK (``kubeflow`` 0.5.0, ``kubeflow/trainer/backends/kubernetes/backend.py``) is used for
+``runtimes`` (``list_runtimes``), ``logs`` (``get_job_logs``: the pod of ``node-K``, container
+``node``, following with a watch), ``delete`` (``delete_job``) and the per-node steps of
+``status`` (``get_job``). The plain kubernetes client is used for what the SDK does not do:
+
+* creating the code ConfigMap and a TrainJob whose spec the platform's builders made (the SDK's
+  ``train`` builds its own spec from a function or image and ships no code directory);
+* deleting the job's ConfigMap, which the SDK does not know about;
+* the SelfSubjectAccessReview before creating anything;
+* ``list`` and the conditions of ``status``: the SDK's TrainJob keeps only Created/Running/
+  Complete/Failed, without the Suspended condition (queued in Kueue) or any message, and costs a
+  runtime lookup and a pod listing per job;
+* finding the current runtime by the platform's label and the TrainJob shape the cluster serves.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from k8s.runtimes import RUNTIME_LABEL
+
+GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
+TRAINJOBS, RUNTIMES = "trainjobs", "clustertrainingruntimes"
+# The OpenAPI v3 document of a group-version is readable by every authenticated user (the
+# system:discovery ClusterRole grants /openapi/*). A CRD kind's schema is named
+# <group reversed>.<version>.<Kind> (kube-openapi util.ToRESTFriendlyName, used by
+# apiextensions-apiserver pkg/controller/openapi/builder).
+OPENAPI_PATH = f"/openapi/v3/apis/{GROUP}/{VERSION}"
+TRAINJOB_SCHEMA = "org.kubeflow.trainer.v1alpha1.TrainJob"
+# Which Trainer release serves which TrainJob shape (k8s/trainer_api.py): runtimePatches from v2.2.
+SHAPE_VERSIONS = {"runtimePatches": "v2.3.0", "podTemplateOverrides": "v2.1.0"}
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"  # on every pod of a TrainJob's JobSet (named as the TrainJob)
+
+
+class ClusterError(Exception):
+    """A failed cluster call, as one line for the user."""
+
+
+def api_message(err: BaseException) -> str:
+    """One line from an ApiException (the Status message the API server returned), also when the
+    SDK wrapped it (``RuntimeError(...) from ApiException``)."""
+    cause: BaseException | None = err
+    while cause is not None and not isinstance(cause, ApiException):
+        cause = cause.__cause__
+    if isinstance(cause, ApiException):
+        try:
+            body = json.loads(cause.body or "{}")
+            message = body.get("message") or cause.reason
+        except (ValueError, AttributeError):
+            message = cause.reason
+        return f"{message} (HTTP {cause.status})"
+    return str(err)
+
+
+def status_of(err: BaseException) -> int | None:
+    cause: BaseException | None = err
+    while cause is not None and not isinstance(cause, ApiException):
+        cause = cause.__cause__
+    return cause.status if isinstance(cause, ApiException) else None
+
+
+def kubeconfig_path(kubeconfig: str | None) -> str:
+    """``--kubeconfig``, else ``$KUBECONFIG`` as it is now (a list of files separated by ``:`` is
+    merged by the client), else ``~/.kube/config``: the usual places, read at each call (the
+    client's own default is read once, at import)."""
+    return kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+
+
+def default_namespace(kubeconfig: str | None, context: str | None) -> str:
+    """The namespace of the kubeconfig context (``default`` when it names none)."""
+    try:
+        found: Any = config.list_kube_config_contexts(config_file=kubeconfig_path(kubeconfig))
+        contexts, active = found
+    except (ConfigException, OSError) as err:
+        raise ClusterError(f"no usable kubeconfig ({err}); pass --kubeconfig or set KUBECONFIG") from None
+    chosen = next((c for c in contexts if c["name"] == context), None) if context else active
+    if chosen is None:
+        raise ClusterError(f"kubeconfig has no context {context!r}")
+    return (chosen.get("context") or {}).get("namespace") or "default"
+
+
+class Cluster:
+    def __init__(self, *, namespace: str, kubeconfig: str | None = None, context: str | None = None):
+        self.namespace = namespace
+        self.configuration = client.Configuration()
+        try:
+            config.load_kube_config(config_file=kubeconfig_path(kubeconfig), context=context, client_configuration=self.configuration, persist_config=False)
+        except (ConfigException, OSError) as err:
+            raise ClusterError(f"no usable kubeconfig ({err}); pass --kubeconfig or set KUBECONFIG") from None
+        self.api = client.ApiClient(self.configuration)
+        self.core = client.CoreV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+        self.authz = client.AuthorizationV1Api(self.api)
+        self._trainer: Any = None
+
+    @property
+    def trainer(self) -> Any:
+        """The Kubeflow SDK's TrainerClient on the same kubeconfig and namespace."""
+        if self._trainer is None:
+            from kubeflow.common.types import KubernetesBackendConfig
+            from kubeflow.trainer import TrainerClient
+
+            # its control-plane version probe only logs a warning when the ConfigMap is not readable
+            logging.getLogger("kubeflow").setLevel(logging.ERROR)
+            self._trainer = TrainerClient(backend_config=KubernetesBackendConfig(namespace=self.namespace, client_configuration=self.configuration))
+        return self._trainer
+
+    def _call(self, what: str, fn, *args, **kwargs) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ApiException as err:
+            raise ClusterError(f"{what}: {api_message(err)}") from None
+        except OSError as err:  # urllib3 connection errors
+            raise ClusterError(f"{what}: cannot reach the API server ({err})") from None
+
+    # --- access and discovery ----------------------------------------------------------------
+
+    def can(self, verb: str, group: str, resource: str) -> tuple[bool, str]:
+        """SelfSubjectAccessReview for ``verb`` on ``resource`` in the namespace."""
+        body = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": {"namespace": self.namespace, "verb": verb, "group": group, "resource": resource}},
+        }
+        review = self._call("access review", self.authz.create_self_subject_access_review, body)
+        status = review.status
+        return bool(status and status.allowed), (status.reason or "") if status else ""
+
+    def served_trainer_version(self) -> str:
+        """The Trainer release whose TrainJob shape the cluster serves (from the served schema)."""
+        doc = self._call(
+            "reading the TrainJob schema", self.api.call_api, OPENAPI_PATH, "GET",
+            auth_settings=["BearerToken"], response_type="object", _return_http_data_only=True,
+        )
+        schema = (doc or {}).get("components", {}).get("schemas", {}).get(TRAINJOB_SCHEMA)
+        if schema is None:
+            raise ClusterError(f"the cluster serves no TrainJob ({GROUP}/{VERSION}): is Kubeflow Trainer installed?")
+        spec = schema.get("properties", {}).get("spec", {}).get("properties", {})
+        for shape, version in SHAPE_VERSIONS.items():
+            if shape in spec:
+                return version
+        raise ClusterError(f"the served TrainJob has neither {' nor '.join(SHAPE_VERSIONS)}: a Trainer release trainctl does not know; pass --trainer-version")
+
+    def current_runtime(self, base: str) -> str:
+        """The current content-hashed name of a platform runtime: the one labelled
+        ``training-platform/runtime=<base>`` that is not being deleted (an old one stays, held by
+        the Trainer's finalizer, while jobs use it), the newest if several."""
+        found = self._call(
+            "listing runtimes", self.custom.list_cluster_custom_object, GROUP, VERSION, RUNTIMES, label_selector=f"{RUNTIME_LABEL}={base}",
+        )
+        live = [r for r in found.get("items", []) if (r["metadata"].get("labels") or {}).get(RUNTIME_LABEL) == base and not r["metadata"].get("deletionTimestamp")]
+        if not live:
+            raise ClusterError(f"the cluster has no runtime {base} (label {RUNTIME_LABEL}={base}); `trainctl runtimes` lists what it offers")
+        live.sort(key=lambda r: r["metadata"].get("creationTimestamp", ""))
+        return live[-1]["metadata"]["name"]
+
+    # --- objects -----------------------------------------------------------------------------
+
+    def create_configmap(self, body: dict) -> bool:
+        """Create the code ConfigMap; False when it exists already (same name = same content)."""
+        try:
+            self.core.create_namespaced_config_map(self.namespace, body)
+            return True
+        except ApiException as err:
+            if err.status == 409:
+                return False
+            raise ClusterError(f"creating configmap {body['metadata']['name']}: {api_message(err)}") from None
+
+    def delete_configmap(self, name: str) -> bool:
+        try:
+            self.core.delete_namespaced_config_map(name, self.namespace)
+            return True
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise ClusterError(f"deleting configmap {name}: {api_message(err)}") from None
+
+    def create_trainjob(self, body: dict) -> dict:
+        return self._call(f"creating trainjob {body['metadata']['name']}", self.custom.create_namespaced_custom_object, GROUP, VERSION, self.namespace, TRAINJOBS, body)
+
+    def list_trainjobs(self) -> list[dict]:
+        return self._call("listing trainjobs", self.custom.list_namespaced_custom_object, GROUP, VERSION, self.namespace, TRAINJOBS).get("items", [])
+
+    def get_trainjob(self, name: str) -> dict:
+        try:
+            found: Any = self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, TRAINJOBS, name)
+            return found
+        except ApiException as err:
+            if err.status == 404:
+                raise ClusterError(f"trainjob {name} not found in namespace {self.namespace}") from None
+            raise ClusterError(f"reading trainjob {name}: {api_message(err)}") from None
+
+    def pods(self, name: str) -> list[dict]:
+        found = self._call(f"listing the pods of {name}", self.core.list_namespaced_pod, self.namespace, label_selector=f"{JOBSET_NAME_LABEL}={name}", _preload_content=False)
+        return json.loads(found.data).get("items", [])  # as served (timestamps as the API writes them)
+
+    def events(self, kind: str, name: str | None = None) -> list[dict]:
+        selector = f"involvedObject.kind={kind}" + (f",involvedObject.name={name}" if name else "")
+        found = self._call("listing events", self.core.list_namespaced_event, self.namespace, field_selector=selector, _preload_content=False)
+        return json.loads(found.data).get("items", [])
+
+    # --- through the Kubeflow SDK ------------------------------------------------------------
+
+    def _sdk(self, what: str, fn, *args, **kwargs) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (RuntimeError, TimeoutError, ApiException) as err:
+            if status_of(err) == 404:
+                raise ClusterError(f"{what}: not found in namespace {self.namespace}") from None
+            raise ClusterError(f"{what}: {api_message(err)}") from None
+
+    def runtimes(self) -> list[Any]:
+        return self._sdk("listing runtimes", self.trainer.list_runtimes)
+
+    def job(self, name: str) -> Any:
+        return self._sdk(f"trainjob {name}", self.trainer.get_job, name)
+
+    def logs(self, name: str, *, node: int, follow: bool) -> Iterator[str]:
+        try:
+            yield from self.trainer.get_job_logs(name, follow=follow, step=f"node-{node}")
+        except (RuntimeError, TimeoutError, ApiException) as err:
+            if status_of(err) == 404:
+                raise ClusterError(f"trainjob {name}: not found in namespace {self.namespace}") from None
+            raise ClusterError(f"logs of {name}: {api_message(err)}") from None
+
+    def delete_trainjob(self, name: str) -> None:
+        self._sdk(f"deleting trainjob {name}", self.trainer.delete_job, name)

@@ -1,0 +1,156 @@
+"""The ConfigMap and TrainJob ``trainctl submit`` creates, built with the stack's own builders
+(``workloads/trainjob.py``): code ConfigMap naming and hash, resources per node from the GPU
+catalog, EFA requests, the checkpoint volume, the queue label, and the pod customisation per
+Trainer version (``k8s/trainer_api.py``).
+
+The user's command. Every argument that names a shipped file (``train.py``, ``./conf/a.yaml``)
+is rewritten to its path under the code mount. On the torch runtime a ``python``/``python3``
+program is started by ``torchrun`` (which takes the node count, rank, rendezvous address and
+processes per node from the ``PET_*`` environment the Trainer injects: PyTorch
+``torch/distributed/run.py`` reads every option's default from ``PET_<OPTION>``), one process per
+GPU; any other command (``torchrun ...``, ``bash run.sh``) runs as given. On the tensorflow
+runtime the command becomes the TrainJob's ``args`` under the runtime's TF_CONFIG wrapper, one
+worker per node (as the stack's TF job, ``workloads.trainjob.trainer_entry``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import versions
+from infra import catalog
+from infra.settings import KUEUE_INCOMPATIBLE_TRAINERS, EfaSettings, JobBase, Settings, TrainerSettings, TrainJobsSettings
+from k8s import trainer_api
+from k8s.runtimes import BUILDERS
+from k8s.tenants import LOCAL_QUEUE
+from trainctl.code import CodeBundle
+from workloads import trainjob as tj
+
+RUNTIMES = {"torch": tj.TORCH_RUNTIME, "tensorflow": tj.TF_RUNTIME}
+"""``--runtime`` -> the platform's ClusterTrainingRuntime (base name, k8s/runtimes.py)."""
+DEFAULT_IMAGES = {"torch": versions.TORCH_RUNTIME_IMAGE, "tensorflow": versions.TENSORFLOW_RUNTIME_IMAGE}
+"""The image a job runs when ``--image`` is not given: its runtime's pinned image."""
+TRAINCTL_KIND = "trainctl"
+"""The ``training-platform/job`` label of jobs submitted with trainctl."""
+MAX_NODES = 1000
+# TrainJob names: the CRD's CEL rules (kubeflow/trainer v2.3.0 trainjob_types.go: RFC 1035 label, at most 63)
+_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+NAME_MAX = 63
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_IMAGE_RE = re.compile(r"^[a-z0-9.-]+(:\d+)?(/[a-z0-9._-]+)+(:[\w.-]+|@sha256:[0-9a-f]{64})$")
+_AZ_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
+
+
+class SubmitError(ValueError):
+    """Bad input for submit (one line, for the user); nothing was created."""
+
+
+@dataclass(frozen=True)
+class Request:
+    namespace: str
+    nodes: int
+    command: list[str]
+    runtime: str = "torch"
+    gpus_per_node: int | None = None
+    instance_type: str = "g5.xlarge"
+    image: str | None = None
+    name: str | None = None
+    trainer_version: str = versions.DEFAULT_TRAINER_VERSION
+    runtime_name: str | None = None  # the runtime's current (content-hashed) name
+    queue: str | None = LOCAL_QUEUE
+    efa_zone: str | None = None
+
+
+def check(req: Request) -> None:
+    """Refuse bad input before anything is read or sent: one :class:`SubmitError` line."""
+    if req.runtime not in RUNTIMES:
+        raise SubmitError(f"unknown runtime {req.runtime!r}; allowed: {', '.join(RUNTIMES)}")
+    if req.nodes < 1 or req.nodes > MAX_NODES:
+        raise SubmitError(f"--nodes {req.nodes}: allowed: 1 to {MAX_NODES}")
+    if not _DNS_LABEL.match(req.namespace):
+        raise SubmitError(f"--namespace {req.namespace!r} is not a namespace name (a DNS label such as vision)")
+    if req.instance_type not in catalog.catalog():
+        raise SubmitError(f"--instance-type {req.instance_type!r} is not in the GPU catalog; allowed: {', '.join(sorted(catalog.catalog()))}")
+    gpus = catalog.lookup(req.instance_type).gpus
+    if req.gpus_per_node is not None and not 1 <= req.gpus_per_node <= gpus:
+        raise SubmitError(f"--gpus-per-node {req.gpus_per_node}: allowed: 1 to {gpus} ({req.instance_type} has {gpus} GPUs)")
+    if req.image is not None and (not _IMAGE_RE.match(req.image) or req.image.endswith(":latest")):
+        raise SubmitError(f"--image {req.image!r}: allowed: an image reference with a pinned tag or digest (not latest), such as registry/org/name:1.0")
+    if req.name is not None and (not _NAME_RE.match(req.name) or len(req.name) > NAME_MAX):
+        raise SubmitError(f"--name {req.name!r}: allowed: a lowercase RFC 1035 label (a letter first, then letters, digits, '-'), at most {NAME_MAX} characters")
+    if req.trainer_version not in versions.TRAINER_VERSIONS:
+        raise SubmitError(f"--trainer-version {req.trainer_version!r}; allowed: {', '.join(versions.TRAINER_VERSIONS)}")
+    if req.efa_zone is not None and not _AZ_RE.match(req.efa_zone):
+        raise SubmitError(f"--efa-zone {req.efa_zone!r}: allowed: an AZ name such as us-west-2a")
+    if not req.command:
+        raise SubmitError("no command: give it after --, e.g. trainctl submit ... ./proj -- python train.py")
+
+
+def _resolve(arg: str, bundle: CodeBundle) -> str:
+    rel = arg[2:] if arg.startswith("./") else arg
+    return f"{tj.CODE_MOUNT}/{rel}" if rel in bundle.paths else arg
+
+
+def entry(req: Request, bundle: CodeBundle) -> dict[str, Any]:
+    """The TrainJob trainer's command/args and processes per node for the user's command."""
+    command = [_resolve(a, bundle) for a in req.command]
+    if req.runtime == "tensorflow":
+        return {"args": command, "numProcPerNode": 1}
+    if command[0] in ("python", "python3") and len(command) > 1 and (command[1] == "-m" or command[1].endswith(".py")):
+        command = ["torchrun", *command[1:]]
+    gpus = req.gpus_per_node if req.gpus_per_node is not None else catalog.lookup(req.instance_type).gpus
+    return {"command": command, "numProcPerNode": gpus}
+
+
+def default_name(req: Request, bundle: CodeBundle) -> str:
+    """``<code dir name>-<hash of the code and the request>``: the same submission gives the same
+    name (a resubmit is refused as existing rather than started twice)."""
+    base = re.sub(r"[^a-z0-9-]+", "-", bundle.root.resolve().name.lower()).strip("-")
+    base = re.sub(r"^[^a-z]+", "", base) or "job"
+    digest = hashlib.sha256(repr((tj.code_hash(bundle.files), req.command, req.nodes, req.runtime, req.instance_type, req.gpus_per_node, req.image)).encode()).hexdigest()[:6]
+    return f"{base[: NAME_MAX - 7].rstrip('-')}-{digest}"
+
+
+def settings_for(req: Request) -> Settings:
+    """The few settings the builders read: the Trainer version, the namespace and, for a job in
+    the EFA pool, that pool's type and zone. No stack config is read (a client has none)."""
+    efa = EfaSettings(enabled=True, availability_zone=req.efa_zone, instance_types=[req.instance_type]) if req.efa_zone else EfaSettings()
+    trainer = TrainerSettings(version=req.trainer_version)
+    return Settings.model_construct(stack="trainctl", trainer=trainer, trainjobs=TrainJobsSettings(namespace=req.namespace), efa=efa)
+
+
+def build(req: Request, bundle: CodeBundle) -> tuple[dict, dict]:
+    """(ConfigMap, TrainJob) for a checked request."""
+    check(req)
+    settings = settings_for(req)
+    workload = tj.Workload(
+        key=TRAINCTL_KIND, kind=TRAINCTL_KIND, name=req.name or default_name(req, bundle), program="", runtime=RUNTIMES[req.runtime], settings=JobBase, tiny_profile=(),
+    )
+    job = JobBase(enabled=True, num_nodes=req.nodes, instance_type=req.instance_type, gpus_per_node=req.gpus_per_node, image=req.image or DEFAULT_IMAGES[req.runtime])
+    # the name the platform gives this runtime with the default settings (k8s/runtimes.py runtime_names, for the one runtime)
+    runtime_name = req.runtime_name or BUILDERS[workload.runtime](settings.trainer)["metadata"]["name"]
+    configmap = tj.code_configmap(req.namespace, bundle.files)
+    # Kueue cannot run jobs on Trainer v2.1.0 (infra/settings.py KUEUE_INCOMPATIBLE_TRAINERS): no queue label there
+    queue = req.queue if req.trainer_version not in KUEUE_INCOMPATIBLE_TRAINERS else None
+    trainjob = tj.trainjob(
+        workload, job, settings, code_configmap=configmap["metadata"]["name"], runtime_name=runtime_name, queue=queue, entry=entry(req, bundle),
+    )
+    items = bundle.items
+    if items:
+        pod = trainer_api.read_pod_customization(trainjob["spec"])
+        for volume in pod.get("volumes", []):
+            if volume["name"] == tj.CODE_VOLUME:
+                volume["configMap"]["items"] = items
+    return configmap, trainjob
+
+
+def code_configmap_of(trainjob: dict) -> str | None:
+    """The code ConfigMap a TrainJob mounts (either Trainer shape)."""
+    pod = trainer_api.read_pod_customization(trainjob.get("spec", {}))
+    for volume in pod.get("volumes", []):
+        if volume.get("name") == tj.CODE_VOLUME and "configMap" in volume:
+            return volume["configMap"].get("name")
+    return None
