@@ -60,8 +60,8 @@ JOBSET_IMAGE_REPOSITORY = "registry.k8s.io/jobset/jobset"
 KUEUE_CHART = "oci://registry.k8s.io/kueue/charts/kueue"
 KUEUE_VERSION = "0.19.2"
 KUEUE_IMAGE_REPOSITORY = "registry.k8s.io/kueue/kueue"
-# One-shot Job that creates the teams' directories on FSx for Lustre (k8s/tenancy.py).
-TENANT_DIRS_IMAGE = "public.ecr.aws/docker/library/busybox:1.37.0"
+# One-shot Jobs that hand checkpoint directories to the non-root training user (k8s/volume_setup.py).
+VOLUME_SETUP_IMAGE = "public.ecr.aws/docker/library/busybox:1.37.0"
 
 # EKS add-ons for checkpoint storage (CSI drivers); versions as published for EKS 1.34.
 FSX_CSI_ADDON_VERSION = "v1.7.0-eksbuild.1"
@@ -102,7 +102,7 @@ WORKLOAD_BASE_IMAGE = "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime"  # CUDA 12
 EFA_INSTALLER_VERSION = "1.51.0"
 LIBFABRIC_VERSION = "2.7.0amzn2.0"
 AWS_OFI_NCCL_VERSION = "1.22.0"
-WORKLOAD_UID = "1000"  # the image's non-root user (created; not switched to yet: workloads/Dockerfile)
+WORKLOAD_UID = "1000"  # the image's non-root user; the runtimes' trainer pods run as it (k8s/runtimes.py)
 WORKLOAD_BUILD_ARGS = {
     "BASE_IMAGE": WORKLOAD_BASE_IMAGE,
     "EFA_INSTALLER_VERSION": EFA_INSTALLER_VERSION,

@@ -135,6 +135,15 @@ def _node_container(image: str, env: list[dict], command: list[str] | None) -> d
     return container
 
 
+def trainer_pod_security() -> dict:
+    """The trainer pods run as the image's non-root user (``versions.WORKLOAD_UID``; workloads/Dockerfile
+    switches to it). Their checkpoint directories are handed to that user before any job starts
+    (k8s/volume_setup.py), since the CSI drivers apply no fsGroup to the RWX checkpoint volumes.
+    An image without that user still runs (the uid needs no passwd entry; HOME is then /)."""
+    uid = int(versions.WORKLOAD_UID)
+    return {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": uid, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
 def immutable_parts(manifest: dict) -> dict:
     """The parts of a runtime the API server refuses to change in place."""
     spec = manifest["spec"]["template"]["spec"]
@@ -195,7 +204,7 @@ def runtime(
     pod_spec = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,  # training code never calls the Kubernetes API
-        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": trainer_pod_security(),
         "tolerations": [dict(GPU_TOLERATION)],
         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": POOL_LABEL, "operator": "Exists"}]}]}}},
         "containers": [_node_container(image, env, command)],

@@ -20,7 +20,6 @@ What a team gets, and why it is shaped so:
 
 from __future__ import annotations
 
-import hashlib
 import re
 from typing import Any
 
@@ -194,29 +193,6 @@ STORAGE_NAMESPACE = "tenant-storage"
 def tenant_dirs_job(teams: list[str], *, uid: int, image: str) -> dict:
     """The Job that creates the teams' directories, mounting the file system's root through the
     storage namespace's claim. Named by its script, so a new team makes a new Job."""
-    script = tenant_dirs_script(teams, uid)
-    name = f"tenant-dirs-{hashlib.sha256(script.encode()).hexdigest()[:10]}"
-    container = {
-        "name": "mkdir",
-        "image": image,
-        "command": ["sh", "-c", script],
-        "securityContext": {"runAsUser": 0, "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"], "add": ["CHOWN"]}, "seccompProfile": {"type": "RuntimeDefault"}},
-        "resources": {"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
-        "volumeMounts": [{"name": "fs", "mountPath": "/fs"}],
-    }
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": STORAGE_NAMESPACE},
-        "spec": {
-            "backoffLimit": 4,
-            "template": {
-                "spec": {
-                    "restartPolicy": "OnFailure",
-                    "automountServiceAccountToken": False,
-                    "containers": [container],
-                    "volumes": [{"name": "fs", "persistentVolumeClaim": {"claimName": CHECKPOINT_CLAIM}}],
-                }
-            },
-        },
-    }
+    from k8s.volume_setup import directories_job  # that module imports this one's claim name
+
+    return directories_job(namespace=STORAGE_NAMESPACE, prefix="tenant-dirs", script=tenant_dirs_script(teams, uid), image=image)

@@ -13,8 +13,10 @@ import pytest
 import versions
 from infra import registry
 from infra.names import ECR_REPOSITORY
+from infra.settings import TrainerSettings
 from k8s.runtimes import EFA_ENV
 from tests.conftest import PROJECT, dev_config, find, run_config, run_stack
+from versions import WORKLOAD_BUILD_ARGS
 
 DOCKERFILE = PROJECT / "workloads" / "Dockerfile"
 ECR_PATTERN = re.compile(r"(?:[a-z0-9]+(?:[._-][a-z0-9]+)*/)*[a-z0-9]+(?:[._-][a-z0-9]+)*")
@@ -62,12 +64,21 @@ def test_efa_environment_is_set_per_job_not_in_the_image():
     assert {"name": "FI_PROVIDER", "value": "efa"} in EFA_ENV and {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"} in EFA_ENV
 
 
-def test_dockerfile_provides_the_non_root_user_but_does_not_switch_before_volumes_are_prepared():
-    """Until the platform prepares checkpoint-volume ownership, a non-root image could not write
-    checkpoints on a new FSx/EFS volume (root-owned, no fsGroup, all capabilities dropped)."""
+def test_image_runs_as_the_non_root_user_the_runtimes_and_volumes_are_prepared_for():
+    """The image ends as the uid the runtimes run trainer pods as, and the uid the checkpoint
+    volume's root is handed to before jobs start (a new FSx/EFS root is root-owned, no fsGroup)."""
+    from k8s.runtimes import torch_runtime
+    from k8s.volume_setup import checkpoint_owner_job, owner_script
+
     run = " ".join(rest for word, rest in instructions() if word == "RUN")
     assert 'useradd --uid "${TRAINING_UID}"' in run
-    assert not [rest for word, rest in instructions() if word == "USER"]
+    users = [rest for word, rest in instructions() if word == "USER"]
+    assert users == ["${TRAINING_UID}:${TRAINING_UID}"] and instructions()[-1][0] == "USER"
+    uid = int(WORKLOAD_BUILD_ARGS["TRAINING_UID"])
+    pod = torch_runtime(TrainerSettings())["spec"]["template"]["spec"]["replicatedJobs"][-1]["template"]["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == uid
+    job = checkpoint_owner_job("training", uid=uid, image="busybox:1")
+    assert job["spec"]["template"]["spec"]["containers"][0]["command"][-1] == owner_script(uid) and f"chown {uid}:{uid}" in owner_script(uid)
 
 
 def test_python_dependencies_are_pinned():

@@ -157,3 +157,20 @@ def test_effective_pods_merge_runtime_and_trainjob_and_validate():
     assert pod["automountServiceAccountToken"] is False
     assert node["securityContext"]["capabilities"]["drop"] == ["ALL"]
     assert job["spec"]["parallelism"] == 2
+
+
+def test_trainjobs_start_only_after_the_checkpoint_root_is_handed_to_the_training_user():
+    """The trainer pods run as the non-root uid; a new FSx/EFS root is root-owned, so the
+    checkpoint-owner Job (run as root with CAP_CHOWN only) must complete before any TrainJob."""
+    import versions
+    from k8s.volume_setup import owner_script
+
+    run = run_stack("dev")
+    (owner,) = [r for r in run.registrations if r.type == "kubernetes:batch/v1:Job" and r.inputs["metadata"]["name"].startswith("checkpoint-owner-")]
+    spec = owner.inputs["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    assert container["command"][-1] == owner_script(int(versions.WORKLOAD_UID))
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
+    assert spec["volumes"][0]["persistentVolumeClaim"]["claimName"] == "checkpoints"
+    jobs = [r for r in run.registrations if r.type.endswith(":TrainJob")]
+    assert jobs and all(owner.urn in r.depends_on for r in jobs)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
+import versions
 from infra.settings import Settings
 from infra.storage import CheckpointStorage
 from k8s import kueue as kq
@@ -12,6 +13,7 @@ from k8s.resources import apply_manifest
 from k8s.tenancy import Kueue
 from k8s.tenants import LOCAL_QUEUE
 from k8s.trainer import Trainer
+from k8s.volume_setup import checkpoint_owner_job
 from workloads import trainjob as tj
 
 
@@ -44,6 +46,8 @@ class TrainJobs(pulumi.ComponentResource):
         pv_manifest, pvc_manifest = tj.checkpoint_volume(ns=ns_name, storage_type=storage.type, volume_handle=storage.volume_handle, capacity_gib=storage.capacity_gib, attributes=storage.attributes)
         pv = apply_manifest(pv_manifest, o(storage.addon))
         pvc = apply_manifest(pvc_manifest, o(ns, pv))
+        # the volume's root belongs to root until this Job hands it to the non-root training user
+        owner = apply_manifest(checkpoint_owner_job(ns_name, uid=int(versions.WORKLOAD_UID), image=versions.VOLUME_SETUP_IMAGE), o(pvc))
         queue: list[pulumi.Resource] = []
         if kueue is not None:
             queue = [apply_manifest(kq.local_queue(ns_name, kq.TRAINING_QUEUE), o(ns, kueue.training_queue)), *kueue.ready]
@@ -55,6 +59,6 @@ class TrainJobs(pulumi.ComponentResource):
             # TrainJob specs are (mostly) immutable: any change (a new image digest too) replaces the job, deleting the
             # old one first. Depending on the runtime and the node pools makes destroy remove
             # the job (and its pods) before either.
-            self.jobs[key] = apply_manifest(manifest, o(runtime, code, pvc, *capacity, *queue, replace_on_changes=["spec"], delete_before_replace=True))
+            self.jobs[key] = apply_manifest(manifest, o(runtime, code, pvc, owner, *capacity, *queue, replace_on_changes=["spec"], delete_before_replace=True))
         self.names = [tj.WORKLOADS[k].name for k in self.jobs]
         self.register_outputs({"trainJobs": self.names})

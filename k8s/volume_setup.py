@@ -1,0 +1,62 @@
+"""One-shot Jobs that prepare directories on the shared checkpoint file system for the non-root
+training user (``versions.WORKLOAD_UID``).
+
+Why a Job: a new FSx for Lustre or EFS file system's root directory belongs to root (mode 0755),
+and neither CSI driver applies a pod's ``fsGroup`` to these ReadWriteMany volumes (the kubelet
+changes ownership only for drivers whose CSIDriver ``fsGroupPolicy`` allows it; aws-fsx-csi-driver
+keeps the default ``ReadWriteOnceWithFSType``: kubernetes-sigs/aws-fsx-csi-driver PR #348 was not
+merged). The training pods run as the non-root user with every capability dropped, so someone must
+hand them their directories once: this Job runs as root with only ``CAP_CHOWN`` (chmod on a
+directory root owns needs no extra capability), mounts the claim, and exits. pulumi-kubernetes
+waits for a Job to complete before dependants are created, so TrainJobs start on prepared volumes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from k8s.tenants import CHECKPOINT_CLAIM
+
+MOUNT = "/fs"
+
+
+def directories_job(*, namespace: str, prefix: str, script: str, image: str, claim: str = CHECKPOINT_CLAIM) -> dict:
+    """A Job named ``<prefix>-<hash of the script>`` (a changed script makes a new Job; Jobs are
+    immutable) that runs ``script`` with the claim mounted at :data:`MOUNT`."""
+    name = f"{prefix}-{hashlib.sha256(script.encode()).hexdigest()[:10]}"
+    container = {
+        "name": "mkdir",
+        "image": image,
+        "command": ["sh", "-c", script],
+        "securityContext": {"runAsUser": 0, "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"], "add": ["CHOWN"]}, "seccompProfile": {"type": "RuntimeDefault"}},
+        "resources": {"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
+        "volumeMounts": [{"name": "fs", "mountPath": MOUNT}],
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "backoffLimit": 4,
+            "template": {
+                "spec": {
+                    "restartPolicy": "OnFailure",
+                    "automountServiceAccountToken": False,
+                    "containers": [container],
+                    "volumes": [{"name": "fs", "persistentVolumeClaim": {"claimName": claim}}],
+                }
+            },
+        },
+    }
+
+
+def owner_script(uid: int) -> str:
+    """Hand the claim's root to the training user (mode 0755: the Trainer's initializers, which run
+    as root, still write their sub-directories, and the kubelet creates sub-path directories with
+    the root's mode)."""
+    return f"set -eu; chmod 0755 {MOUNT}; chown {uid}:{uid} {MOUNT}"
+
+
+def checkpoint_owner_job(namespace: str, *, uid: int, image: str) -> dict:
+    """The training namespace's claim (the file system's root) made writable for the training user."""
+    return directories_job(namespace=namespace, prefix="checkpoint-owner", script=owner_script(uid), image=image)
