@@ -271,7 +271,7 @@ def cleanup_cronjob(settings: Settings, *, configmap: str, keep_kinds: list[str]
     """Hourly: delete finished TrainJobs older than ``trainjobs.finishedJobRetention`` (k8s/trainjob_cleanup.py)."""
     pod_sc, container_sc = _restricted(65534)
     labels = {COMPONENT_LABEL: CLEANUP}
-    env = {"RETENTION": settings.trainjobs.finished_job_retention, "KEEP_JOB_KINDS": ",".join(sorted(keep_kinds)), "JOB_LABEL": job_label}
+    env = {"RETENTION": settings.trainjobs.finished_job_retention, "KEEP_JOB_KINDS": ",".join(sorted(keep_kinds)), "JOB_LABEL": job_label, "KEEP_NAMESPACE": settings.trainjobs.namespace}
     return {
         "apiVersion": "batch/v1",
         "kind": "CronJob",

@@ -83,10 +83,16 @@ BASE_ENV = [{"name": "PYTHONUNBUFFERED", "value": "1"}, {"name": "NCCL_DEBUG", "
 # (kubeflow/trainer pkg/runtime/framework/plugins/jobset/jobset.go ``Build``, v2.1.0 and v2.3.0) and
 # JobSet labels every pod with it (kubernetes-sigs/jobset api/jobset/v1alpha2 ``JobSetNameKey``,
 # docs/concepts). The trainer pods read the same directory through the TrainJob's mount of the
-# claim (workloads/trainjob.py ``initialized_dir``).
+# claim (workloads/trainjob.py ``initialized_dir``). Under it, a directory per content: the
+# TrainJob passes ``INITIALIZED_KEY`` (a hash of its dataset and model URIs) in
+# ``spec.initializer.<kind>.env``, which the Trainer copies into the initializer container
+# (builder.go ``Initializer``), so a job re-created under the same name with another dataset or
+# model downloads into a fresh directory instead of mixing files with the old one (the hub client
+# adds files to a local directory, it never removes any).
 INITIALIZED_ROOT = "initialized"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 TRAINJOB_NAME_ENV = "TRAINJOB_NAME"
+INITIALIZED_KEY_ENV = "INITIALIZED_KEY"
 # small, CPU-only pods on the system node groups (the images are multi-arch): no GPU node is
 # started or held for a download
 INITIALIZER_RESOURCES = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "4Gi"}}
@@ -158,9 +164,9 @@ def content_name(base: str, manifest: dict) -> str:
     return f"{base}-{digest[:8]}"
 
 
-def initialized_subpath(trainjob_name: str) -> str:
-    """The claim sub-directory the initializers of a TrainJob write to."""
-    return f"{INITIALIZED_ROOT}/{trainjob_name}"
+def initialized_subpath(trainjob_name: str, key: str) -> str:
+    """The claim sub-directory the initializers of a TrainJob write to (``key``: its ``INITIALIZED_KEY``)."""
+    return f"{INITIALIZED_ROOT}/{trainjob_name}/{key}"
 
 
 def initializer_job(*, kind: str, image: str) -> dict:
@@ -174,7 +180,7 @@ def initializer_job(*, kind: str, image: str) -> dict:
         "image": image,
         "env": [{"name": TRAINJOB_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{JOBSET_NAME_LABEL}']"}}}],
         "resources": INITIALIZER_RESOURCES,
-        "volumeMounts": [{"name": trainer_api.INITIALIZER_VOLUME, "mountPath": trainer_api.INITIALIZER_WORKSPACE, "subPathExpr": f"{INITIALIZED_ROOT}/$({TRAINJOB_NAME_ENV})"}],
+        "volumeMounts": [{"name": trainer_api.INITIALIZER_VOLUME, "mountPath": trainer_api.INITIALIZER_WORKSPACE, "subPathExpr": f"{INITIALIZED_ROOT}/$({TRAINJOB_NAME_ENV})/$({INITIALIZED_KEY_ENV})"}],
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
     }
     pod_spec = {

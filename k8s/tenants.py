@@ -93,14 +93,16 @@ def namespace(ns: str, team: str) -> dict:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
 
 
-def resource_quota(ns: str, team: str, tenant: TenantSettings, *, gpu_cap: int) -> dict:
+def resource_quota(ns: str, team: str, tenant: TenantSettings, *, gpu_cap: int, kueue: bool = False) -> dict:
     """The namespace's hard caps. ``gpu_cap``: without Kueue the team's quota; with Kueue the most
     Kueue can admit to the team (its quota plus what it may borrow), so the quota never refuses
-    the pods of a job Kueue admitted (half-created jobs) and still caps anything created outside Kueue."""
+    the pods of a job Kueue admitted (half-created jobs) and still caps anything created outside Kueue.
+    With Kueue the team's CPU and memory quotas are Kueue's (nominal in every flavor, borrowable),
+    so they are not repeated here: a namespace cap of the same figure would refuse pods of admitted jobs."""
     hard: dict[str, str] = {"requests.nvidia.com/gpu": str(gpu_cap)}  # extended resources: requests only
-    if tenant.cpu_quota:
+    if tenant.cpu_quota and not kueue:
         hard["requests.cpu"] = tenant.cpu_quota
-    if tenant.memory_quota:
+    if tenant.memory_quota and not kueue:
         hard["requests.memory"] = tenant.memory_quota
         hard["limits.memory"] = tenant.memory_quota
     return {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": _meta("team-quota", ns, team), "spec": {"hard": hard}}
@@ -177,13 +179,17 @@ def fsx_volume(file_system_id: str, mount_name: str, team: str) -> tuple[str, st
 
 
 def tenant_dirs_script(teams: list[str], uid: int) -> str:
-    """Shell that creates each team's directory owned by the training user, mode 0750 (chmod while
-    root still owns it, so no CAP_FOWNER is needed; chown needs CAP_CHOWN)."""
+    """Shell that creates each team's directory owned by the training user, mode 0755 (idempotent:
+    a later run chmods directories the user owns, hence the Job's CAP_FOWNER beside CAP_CHOWN).
+    0755, not 0750: the kubelet creates the initializers' sub-path directories as root with the
+    volume root's mode (kubelet ``makeMounts``: ``GetMode`` then ``SafeMakeDir``), and the trainer
+    pods (the training uid) must read what the root-run initializers wrote there. Other teams
+    never see the directory: their volumes mount only their own."""
     for t in teams:
         if not _DNS_LABEL.match(t):
             raise ValueError(f"team {t!r} is not a DNS label")
     dirs = " ".join(f"/fs/{team_directory(t)}" for t in sorted(teams))
-    return f'set -eu; for d in {dirs}; do mkdir -p "$d"; chmod 0750 "$d"; chown {uid}:{uid} "$d"; done'
+    return f'set -eu; for d in {dirs}; do mkdir -p "$d"; chmod 0755 "$d"; chown {uid}:{uid} "$d"; done'
 
 
 STORAGE_NAMESPACE = "tenant-storage"

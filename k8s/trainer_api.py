@@ -41,13 +41,16 @@ INITIALIZED_DATASET = "dataset"
 INITIALIZED_MODEL = "model"
 
 
-def initializer_spec(*, dataset_uri: str | None, model_uri: str | None, token_secret: str | None) -> dict[str, Any]:
-    """TrainJob.spec.initializer; the token only as a Secret reference (never a value)."""
+def initializer_spec(*, dataset_uri: str | None, model_uri: str | None, token_secret: str | None, env: list[dict] | None = None) -> dict[str, Any]:
+    """TrainJob.spec.initializer; the token only as a Secret reference (never a value); ``env``
+    for both initializer containers."""
     spec: dict[str, Any] = {}
     for key, uri in (("dataset", dataset_uri), ("model", model_uri)):
         if uri is None:
             continue
         entry: dict[str, Any] = {"storageUri": uri}
+        if env:
+            entry["env"] = [dict(e) for e in env]
         if token_secret:
             entry["secretRef"] = {"name": token_secret}
         spec[key] = entry

@@ -57,11 +57,14 @@ def finished_at(trainjob: dict) -> float | None:
     return None
 
 
-def expired(trainjobs: Iterable[dict], *, now: float, retention_s: float, keep_kinds: Iterable[str], job_label: str) -> Iterator[dict]:
-    """The TrainJobs to delete: finished ``retention_s`` or more before ``now``, and not the stack's own."""
+def expired(trainjobs: Iterable[dict], *, now: float, retention_s: float, keep_kinds: Iterable[str], job_label: str, keep_namespace: str) -> Iterator[dict]:
+    """The TrainJobs to delete: finished ``retention_s`` or more before ``now``, and not the stack's
+    own (a job kind of the stack, in the stack's namespace: a team's job carrying such a label is
+    still cleaned)."""
     keep = set(keep_kinds)
     for tj in trainjobs:
-        if tj.get("metadata", {}).get("labels", {}).get(job_label) in keep:
+        meta = tj.get("metadata", {})
+        if meta.get("namespace") == keep_namespace and meta.get("labels", {}).get(job_label) in keep:
             continue
         done = finished_at(tj)
         if done is not None and now - done >= retention_s:
@@ -104,15 +107,9 @@ class Api:
         self._call("DELETE", f"/apis/{GROUP_VERSION}/namespaces/{namespace}/trainjobs/{name}", body)
 
 
-def selector(job_label: str, keep_kinds: Iterable[str]) -> str:
-    """Server-side filter: TrainJobs without the label or with another value (notin matches both)."""
-    keep = sorted(keep_kinds)
-    return f"{job_label} notin ({','.join(keep)})" if keep else ""
-
-
-def run(api: Api, *, now: float, retention_s: float, keep_kinds: list[str], job_label: str, dry_run: bool = False) -> list[str]:
+def run(api: Api, *, now: float, retention_s: float, keep_kinds: list[str], job_label: str, keep_namespace: str, dry_run: bool = False) -> list[str]:
     deleted = []
-    for tj in expired(api.list_trainjobs(selector(job_label, keep_kinds)), now=now, retention_s=retention_s, keep_kinds=keep_kinds, job_label=job_label):
+    for tj in expired(api.list_trainjobs(""), now=now, retention_s=retention_s, keep_kinds=keep_kinds, job_label=job_label, keep_namespace=keep_namespace):
         meta = tj["metadata"]
         ref = f"{meta['namespace']}/{meta['name']}"
         if not dry_run:
@@ -132,7 +129,7 @@ def main() -> int:
     if retention_s is None:
         return 0
     keep = [k for k in os.environ.get("KEEP_JOB_KINDS", "").split(",") if k]
-    run(Api.in_cluster(), now=time.time(), retention_s=retention_s, keep_kinds=keep, job_label=os.environ["JOB_LABEL"], dry_run=os.environ.get("DRY_RUN") == "true")
+    run(Api.in_cluster(), now=time.time(), retention_s=retention_s, keep_kinds=keep, job_label=os.environ["JOB_LABEL"], keep_namespace=os.environ["KEEP_NAMESPACE"], dry_run=os.environ.get("DRY_RUN") == "true")
     return 0
 
 

@@ -6,14 +6,16 @@ and neither CSI driver applies a pod's ``fsGroup`` to these ReadWriteMany volume
 changes ownership only for drivers whose CSIDriver ``fsGroupPolicy`` allows it; aws-fsx-csi-driver
 keeps the default ``ReadWriteOnceWithFSType``: kubernetes-sigs/aws-fsx-csi-driver PR #348 was not
 merged). The training pods run as the non-root user with every capability dropped, so someone must
-hand them their directories once: this Job runs as root with only ``CAP_CHOWN`` (chmod on a
-directory root owns needs no extra capability), mounts the claim, and exits. pulumi-kubernetes
+hand them their directories once: this Job runs as root with only ``CAP_CHOWN`` and ``CAP_FOWNER``
+(a later run, for a new team say, chmods directories the training user already owns: without
+FOWNER only the owner may; both are allowed by Pod Security "baseline"), mounts the claim, and exits. pulumi-kubernetes
 waits for a Job to complete before dependants are created, so TrainJobs start on prepared volumes.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 
 from k8s.tenants import CHECKPOINT_CLAIM
 
@@ -21,33 +23,30 @@ MOUNT = "/fs"
 
 
 def directories_job(*, namespace: str, prefix: str, script: str, image: str, claim: str = CHECKPOINT_CLAIM) -> dict:
-    """A Job named ``<prefix>-<hash of the script>`` (a changed script makes a new Job; Jobs are
-    immutable) that runs ``script`` with the claim mounted at :data:`MOUNT`."""
-    name = f"{prefix}-{hashlib.sha256(script.encode()).hexdigest()[:10]}"
+    """A Job named ``<prefix>-<hash of its spec>`` (a Job's pod template is immutable: any change,
+    the script, the image or the capabilities, makes a new Job) that runs ``script`` with the claim
+    mounted at :data:`MOUNT`."""
     container = {
         "name": "mkdir",
         "image": image,
         "command": ["sh", "-c", script],
-        "securityContext": {"runAsUser": 0, "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"], "add": ["CHOWN"]}, "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": {"runAsUser": 0, "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"], "add": ["CHOWN", "FOWNER"]}, "seccompProfile": {"type": "RuntimeDefault"}},
         "resources": {"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
         "volumeMounts": [{"name": "fs", "mountPath": MOUNT}],
     }
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "backoffLimit": 4,
-            "template": {
-                "spec": {
-                    "restartPolicy": "OnFailure",
-                    "automountServiceAccountToken": False,
-                    "containers": [container],
-                    "volumes": [{"name": "fs", "persistentVolumeClaim": {"claimName": claim}}],
-                }
-            },
+    spec = {
+        "backoffLimit": 4,
+        "template": {
+            "spec": {
+                "restartPolicy": "OnFailure",
+                "automountServiceAccountToken": False,
+                "containers": [container],
+                "volumes": [{"name": "fs", "persistentVolumeClaim": {"claimName": claim}}],
+            }
         },
     }
+    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": f"{prefix}-{digest}", "namespace": namespace}, "spec": spec}
 
 
 def owner_script(uid: int) -> str:

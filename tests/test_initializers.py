@@ -72,7 +72,9 @@ def webhook_problems(trainjob: dict, runtime: dict, version: str) -> list[str]:
 @pytest.mark.parametrize("version", VERSIONS)
 def test_fsdp_trainjob_initializes_dataset_and_model_before_the_node_job(need_schemas, version):
     fsdp, runtime, _ = rendered(version)
-    assert fsdp["spec"]["initializer"] == {"dataset": {"storageUri": "hf://FiscalNote/billsum"}, "model": {"storageUri": "hf://google-t5/t5-large"}}
+    init = fsdp["spec"]["initializer"]
+    assert {k: v["storageUri"] for k, v in init.items()} == {"dataset": "hf://FiscalNote/billsum", "model": "hf://google-t5/t5-large"}
+    assert init["dataset"]["env"] == init["model"]["env"] == [{"name": rt.INITIALIZED_KEY_ENV, "value": init["dataset"]["env"][0]["value"]}]
     assert runtime["metadata"]["labels"][rt.RUNTIME_LABEL] == "torch-distributed-gpu-hf"
 
     jobs = runtime["spec"]["template"]["spec"]["replicatedJobs"]
@@ -86,7 +88,7 @@ def test_fsdp_trainjob_initializes_dataset_and_model_before_the_node_job(need_sc
         assert "command" not in c and "args" not in c  # the upstream image's own entrypoint
         assert not any(e["name"] == trainer_api.STORAGE_URI_ENV for e in c["env"])  # the Trainer sets it per TrainJob
         (mount,) = c["volumeMounts"]
-        assert mount == {"name": "initializer", "mountPath": "/workspace", "subPathExpr": "initialized/$(TRAINJOB_NAME)"}
+        assert mount == {"name": "initializer", "mountPath": "/workspace", "subPathExpr": "initialized/$(TRAINJOB_NAME)/$(INITIALIZED_KEY)"}
         assert c["env"] == [{"name": "TRAINJOB_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['jobset.sigs.k8s.io/jobset-name']"}}}]
         assert pod["volumes"] == [{"name": "initializer", "persistentVolumeClaim": {"claimName": "checkpoints"}}]
         assert pod["nodeSelector"] == {"training-platform/node-role": "system"} and "tolerations" not in pod  # no GPU node for a download
@@ -96,7 +98,7 @@ def test_fsdp_trainjob_initializes_dataset_and_model_before_the_node_job(need_sc
     # the node reads what the initializers wrote: the same claim directory through its own mount
     args = fsdp["spec"]["trainer"]["args"]
     sub_path = jobs[0]["template"]["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][0]["subPathExpr"]
-    here = f"/mnt/checkpoints/{sub_path.replace('$(TRAINJOB_NAME)', fsdp['metadata']['name'])}"
+    here = f"/mnt/checkpoints/{sub_path.replace('$(TRAINJOB_NAME)', fsdp['metadata']['name']).replace('$(INITIALIZED_KEY)', init['model']['env'][0]['value'])}"
     assert args[args.index("--dataset-dir") + 1] == f"{here}/dataset" and args[args.index("--model-dir") + 1] == f"{here}/model"
     pod = trainer_api.read_pod_customization(fsdp["spec"])
     assert {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "checkpoints"}} in pod["volumes"]
@@ -123,7 +125,7 @@ def test_token_only_as_a_secret_reference(need_schemas, version):
     fsdp, runtime, ddp = rendered(version, hfTokenSecret="hf-token")
     for kind in ("dataset", "model"):
         assert fsdp["spec"]["initializer"][kind]["secretRef"] == {"name": "hf-token"}
-        assert "env" not in fsdp["spec"]["initializer"][kind]
+        assert [e["name"] for e in fsdp["spec"]["initializer"][kind]["env"]] == [rt.INITIALIZED_KEY_ENV]  # no token in env
     text = json.dumps([fsdp, runtime, ddp])
     assert text.count("hf-token") == 2 and "ACCESS_TOKEN" not in text
     assert v.validate(fsdp, version) == []
@@ -161,10 +163,9 @@ def test_token_secret_must_be_a_secret_name():
     assert problem.key == "trainjobs.hfTokenSecret" and "allowed: the name of a Secret" in str(problem)
 
 
-def test_fsdp_job_needs_the_runtime_with_initializers():
-    with pytest.raises(ConfigErrors) as err:
-        load_settings({"trainer": {"runtimes": ["torch-distributed-gpu"]}, "trainjobs": {"fsdp": {"enabled": True}}}, stack="dev", region="us-west-2")
-    assert any(p.key == "trainjobs.fsdp.enabled" and "torch-distributed-gpu-hf" in str(p) for p in err.value.errors)
+def test_fsdp_job_gets_the_runtime_with_initializers_even_when_the_list_leaves_it_out():
+    s = load_settings({"trainer": {"runtimes": ["torch-distributed-gpu"]}, "trainjobs": {"fsdp": {"enabled": True}}}, stack="dev", region="us-west-2")
+    assert s.trainer.runtimes == ["torch-distributed-gpu", "torch-distributed-gpu-hf"]
 
 
 # --- the emulated initializers --------------------------------------------------------------------
@@ -195,7 +196,8 @@ def test_emulator_runs_the_initializers_then_the_job_on_their_files(tmp_path):
     assert "--synthetic" not in job.command and "--init" not in job.command  # the real data path
     r = emulate(job, fail_node=1, fail_at_step=5, timeout_s=600, quiet=True)
     assert r["status"] == "Complete" and r["restarts"] == 1 and r["resumed_from_step"] == 4 and r["final_step"] == 12
-    workspace = tmp_path / "volumes" / "checkpoints" / "initialized" / "fsdp-t5"
+    (key,) = {i.env[rt.INITIALIZED_KEY_ENV] for i in job.init_jobs}  # one directory for both downloads
+    workspace = tmp_path / "volumes" / "checkpoints" / "initialized" / "fsdp-t5" / key
     assert (workspace / "dataset" / "data" / "train-00000-of-00001.parquet").is_file()
     assert (workspace / "model" / "model.safetensors").is_file() and not (workspace / "model" / "pytorch_model.bin").exists()
 
@@ -215,3 +217,24 @@ def test_without_spec_initializer_the_runtimes_initializers_fail(tmp_path):
     r = emulate(job, fail_node=None, fail_at_step=None, timeout_s=120, quiet=True)
     assert r["status"] == "Failed" and r["reason"] == "ReachedMaxRestarts" and "fsdp-t5-dataset-initializer-0" in r["message"]
     assert r["final_step"] is None
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_downloads_land_in_a_directory_per_dataset_and_model(version):
+    """The initializers' sub-path (the runtime's subPathExpr expanded with the env the Trainer puts
+    in their containers) is the directory the program is told to read; another dataset or model
+    gets another directory, so a re-created job never mixes old and new files."""
+    dirs = {}
+    for dataset in ("FiscalNote/billsum", "hf://someone/other-sums"):
+        tjob, runtime, _ = rendered(version, fsdp={"enabled": True, "dataset": dataset})
+        for rj in runtime["spec"]["template"]["spec"]["replicatedJobs"][:-1]:
+            kind = "dataset" if rj["name"] == trainer_api.DATASET_INITIALIZER else "model"
+            (container,) = rj["template"]["spec"]["template"]["spec"]["containers"]
+            env = {rt.TRAINJOB_NAME_ENV: tjob["metadata"]["name"], **{e["name"]: e["value"] for e in tjob["spec"]["initializer"][kind]["env"]}}
+            (mount,) = container["volumeMounts"]
+            sub = re.sub(r"\$\((\w+)\)", lambda m, env=env: env[m.group(1)], mount["subPathExpr"])
+            args = tjob["spec"]["trainer"]["args"]
+            told = args[args.index(f"--{kind}-dir") + 1]
+            assert told == f"{tj.CHECKPOINT_MOUNT}/{sub}/{kind}"
+        dirs[dataset] = sub
+    assert len(set(dirs.values())) == 2

@@ -259,19 +259,19 @@ def test_cleanup_selects_finished_jobs_past_retention_and_never_the_stacks_own()
     assert now is not None
     jobs = [
         _tj("done-old", cond="Complete"), _tj("failed-old", cond="Failed"), _tj("done-new", cond="Complete", at="2026-11-07T12:00:00Z"),
-        _tj("running"), _tj("stack-own", cond="Complete", label="ddp"), _tj("trainctl", cond="Complete", label="trainctl"),
+        _tj("running"), _tj("stack-own", cond="Complete", label="ddp", ns="training"), _tj("trainctl", cond="Complete", label="trainctl"),
+        _tj("team-labelled-ddp", cond="Complete", label="ddp"),  # a team's job with a stack label is still cleaned
         {"metadata": {"name": "suspended", "namespace": "vision", "uid": "u"}, "status": {"conditions": [{"type": "Suspended", "status": "True", "lastTransitionTime": "2026-10-01T00:00:00Z"}]}},
         {"metadata": {"name": "complete-false", "namespace": "vision", "uid": "u"}, "status": {"conditions": [{"type": "Complete", "status": "False", "lastTransitionTime": "2026-10-01T00:00:00Z"}]}},
     ]
     keep = sorted({w.kind for w in tj.WORKLOADS.values()})
     retention = tc.parse_duration("168h")
     assert retention == 7 * 24 * 3600
-    names = [j["metadata"]["name"] for j in tc.expired(jobs, now=now, retention_s=retention, keep_kinds=keep, job_label=tj.JOB_LABEL)]
-    assert names == ["done-old", "failed-old", "trainctl"]
+    names = [j["metadata"]["name"] for j in tc.expired(jobs, now=now, retention_s=retention, keep_kinds=keep, job_label=tj.JOB_LABEL, keep_namespace="training")]
+    assert names == ["done-old", "failed-old", "trainctl", "team-labelled-ddp"]
     assert tc.parse_duration("1h30m") == 5400 and tc.parse_duration("Never") is None
     with pytest.raises(ValueError):
         tc.parse_duration("7d")
-    assert tc.selector(tj.JOB_LABEL, keep) == "training-platform/job notin (ddp,fsdp,nccl-check,tf)"
 
 
 def test_cleanup_deletes_by_uid_and_skips_jobs_already_gone():
@@ -292,8 +292,8 @@ def test_cleanup_deletes_by_uid_and_skips_jobs_already_gone():
             self.deleted.append((namespace, name, uid))
 
     api = FakeApi()
-    out = tc.run(api, now=tc.finished_at(_tj("x", cond="Complete", at="2026-12-01T00:00:00Z")), retention_s=3600, keep_kinds=["ddp"], job_label=tj.JOB_LABEL)  # type: ignore[arg-type]
-    assert out == ["vision/a"] and api.deleted == [("vision", "a", "uid-a")] and api.selectors == ["training-platform/job notin (ddp)"]
+    out = tc.run(api, now=tc.finished_at(_tj("x", cond="Complete", at="2026-12-01T00:00:00Z")), retention_s=3600, keep_kinds=["ddp"], job_label=tj.JOB_LABEL, keep_namespace="training")  # type: ignore[arg-type]
+    assert out == ["vision/a"] and api.deleted == [("vision", "a", "uid-a")] and api.selectors == [""]
 
 
 def test_cleanup_cronjob_is_least_privilege_and_configured_from_settings(need_schemas):
@@ -305,7 +305,7 @@ def test_cleanup_cronjob_is_least_privilege_and_configured_from_settings(need_sc
     pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     c = pod["containers"][0]
     env = {e["name"]: e["value"] for e in c["env"]}
-    assert env == {"RETENTION": "168h", "KEEP_JOB_KINDS": "ddp,fsdp,nccl-check,tf", "JOB_LABEL": tj.JOB_LABEL}
+    assert env == {"RETENTION": "168h", "KEEP_JOB_KINDS": "ddp,fsdp,nccl-check,tf", "JOB_LABEL": tj.JOB_LABEL, "KEEP_NAMESPACE": "training"}
     assert c["image"] == versions.TRAINJOB_CLEANUP_IMAGE and pod["securityContext"]["runAsNonRoot"] is True and c["securityContext"]["readOnlyRootFilesystem"] is True
     cm = next(o for o in objs.values() if o["kind"] == "ConfigMap" and o["metadata"]["name"] == pod["volumes"][0]["configMap"]["name"])
     assert cm["data"]["trainjob_cleanup.py"] == kobs.CLEANUP_SCRIPT.read_text()
@@ -360,8 +360,9 @@ CRD_FILES = {
 }
 # Labels the runbook selects on and who sets them: JobSet on every pod of a JobSet (the Kubeflow SDK
 # finds a TrainJob's pods by it: kubeflow/sdk constants.py JOBSET_NAME_LABEL), the Karpenter and NVIDIA
-# device plugin charts (app.kubernetes.io/name), and the platform's own node labels.
-KNOWN_LABELS = {"jobset.sigs.k8s.io/jobset-name", "app.kubernetes.io/name", g.POOL_LABEL, g.EFA_LABEL}
+# device plugin charts (app.kubernetes.io/name), Kueue on each Workload (the owning job's uid:
+# kueue v0.19.2 pkg/controller/constants JobUIDLabel), and the platform's own node labels.
+KNOWN_LABELS = {"jobset.sigs.k8s.io/jobset-name", "app.kubernetes.io/name", "kueue.x-k8s.io/job-uid", g.POOL_LABEL, g.EFA_LABEL}
 # Namespaces the commands may name: the platform's (rendered), the system ones, and those charts create.
 OTHER_NAMESPACES = {"kube-system", kobs.MONITORING_NAMESPACE}
 
@@ -375,7 +376,8 @@ def _check_kubectl(args: list[str], namespaces: set[str]) -> None:
     verb = args[1]
     assert verb in {"get", "describe", "logs", "patch", "delete", "create"}, verb
     flags = {a.split("=", 1)[0] for a in args if a.startswith("-") and not a.lstrip("-").isdigit()}
-    assert flags <= {"-n", "-l", "-o", "-L", "-c", "-p", "--prefix", "--tail", "--previous", "--field-selector", "--type", "--from"}, flags
+    # no --previous: trainer pods are replaced, never restarted in place (restartPolicy Never, backoffLimit 0)
+    assert flags <= {"-n", "-l", "-o", "-L", "-c", "-p", "--prefix", "--tail", "--field-selector", "--type", "--from"}, flags
     if "-n" in args:
         ns = args[args.index("-n") + 1]
         assert ns == "<ns>" or ns in namespaces, ns
@@ -420,9 +422,12 @@ def test_runbook_commands_are_ones_the_platform_supports(need_schemas):
                 assert args[args.index("--addon-name") + 1] == obs.ADDON_NAME
         elif args[0] == "pulumi":
             assert args[1] in {"destroy", "import", "up", "preview"}
-            if args[1] == "import":  # the logical name the stack gives the application log group
+            if args[1] == "import":  # under its parent component, with the logical name the stack gives it
                 run = run_stack("dev")
-                assert args[2] == LOG_GROUP and any(r.name == args[3] for r in run.by_type(LOG_GROUP))
+                assert args[2] == "--parent"
+                parent, _ = args[3].split("=", 1)
+                (group,) = [r for r in run.by_type(LOG_GROUP) if r.name == args[5]]
+                assert args[4] == LOG_GROUP and group.parent.endswith(f"::{parent}"), (group.parent, parent)
         else:
             pytest.fail(f"unknown command in the runbook: {command}")
     assert {"kubectl", "aws", "make", "pulumi"} <= seen

@@ -88,7 +88,7 @@ def test_code_change_renames_the_configmap():
 def test_trainjobs_are_replaced_not_patched_and_depend_on_runtime_code_and_pools():
     run = run_stack("dev")
     job = run.one("kubernetes:trainer.kubeflow.org/v1alpha1:TrainJob", "trainjob-training-ddp-mnist")
-    assert job.replace_on_changes == ["spec"] and job.delete_before_replace
+    assert job.replace_on_changes == ["spec", "metadata.labels"] and job.delete_before_replace
     deps = " ".join(job.depends_on)
     assert "torch-distributed-gpu" in deps and "training-code" in deps and "NodePool" in deps and "PersistentVolumeClaim" in deps
 
@@ -125,7 +125,6 @@ JOB_INVALID = [
     ({"trainjobs": {"ddp": {"enabled": True, "instanceType": "g5.xlarge", "gpusPerNode": 2}}}, "trainjobs.ddp.gpusPerNode"),
     ({"trainjobs": {"fsdp": {"enabled": True, "instanceType": "m5.large"}}}, "trainjobs.fsdp.instanceType"),
     ({"gpuPool": {"instanceFamilies": ["g6"]}, "trainjobs": {"ddp": {"enabled": True, "instanceType": "g5.xlarge"}}}, "trainjobs.ddp.instanceType"),
-    ({"trainer": {"runtimes": ["tensorflow-distributed"]}, "trainjobs": {"ddp": {"enabled": True}}}, "trainjobs.ddp.enabled"),
     ({"trainjobs": {"ddp": {"enabled": True, "image": "pytorch/pytorch:latest"}}}, "trainjobs.ddp.image"),
     ({"trainjobs": {"ddp": {"enabled": True, "image": "pytorch/pytorch"}}}, "trainjobs.ddp.image"),
     ({"trainjobs": {"ddp": {"enabeld": True}}}, "trainjobs.ddp.enabeld"),
@@ -170,7 +169,7 @@ def test_trainjobs_start_only_after_the_checkpoint_root_is_handed_to_the_trainin
     spec = owner.inputs["spec"]["template"]["spec"]
     (container,) = spec["containers"]
     assert container["command"][-1] == owner_script(int(versions.WORKLOAD_UID))
-    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN", "FOWNER"]}
     assert spec["volumes"][0]["persistentVolumeClaim"]["claimName"] == "checkpoints"
     jobs = [r for r in run.registrations if r.type.endswith(":TrainJob")]
     assert jobs and all(owner.urn in r.depends_on for r in jobs)

@@ -57,8 +57,11 @@ class TrainJobs(pulumi.ComponentResource):
             runtime = trainer.runtimes[workload.runtime]  # config refuses a job whose runtime is not installed
             manifest = tj.trainjob(workload, job, settings, code_configmap=tj.code_configmap_name(files), image=job.image or image, runtime_name=trainer.runtime_names[workload.runtime], queue=LOCAL_QUEUE if kueue else None)
             # TrainJob specs are (mostly) immutable: any change (a new image digest too) replaces the job, deleting the
-            # old one first. Depending on the runtime and the node pools makes destroy remove
+            # old one first. So does a label change: Kueue v0.19.2 refuses a queue-name change on a running job
+            # (pkg/controller/jobframework/validation.go validateUpdateForQueueName) and adds its runtime patch only
+            # when a job is created (trainjob_webhook.go Default), so turning Kueue on re-creates the jobs (they resume
+            # from their checkpoints). Depending on the runtime and the node pools makes destroy remove
             # the job (and its pods) before either.
-            self.jobs[key] = apply_manifest(manifest, o(runtime, code, pvc, owner, *capacity, *queue, replace_on_changes=["spec"], delete_before_replace=True))
+            self.jobs[key] = apply_manifest(manifest, o(runtime, code, pvc, owner, *capacity, *queue, replace_on_changes=["spec", "metadata.labels"], delete_before_replace=True))
         self.names = [tj.WORKLOADS[k].name for k in self.jobs]
         self.register_outputs({"trainJobs": self.names})

@@ -15,7 +15,7 @@ from infra import catalog
 from infra.settings import DEADLINE_INCOMPATIBLE_TRAINERS, DdpJobSettings, FsdpJobSettings, JobBase, JobSettings, NcclCheckSettings, Settings, TfJobSettings, job_gpus_per_node
 from k8s import trainer_api
 from k8s.gpu_objects import EFA_LABEL, GPU_POOL, POOL_LABEL, efa_devices_per_node
-from k8s.runtimes import EFA_ENV, initialized_subpath, runtime_names
+from k8s.runtimes import EFA_ENV, INITIALIZED_KEY_ENV, initialized_subpath, runtime_names
 from k8s.tenants import CHECKPOINT_CLAIM, QUEUE_LABEL
 from k8s.trainer_api import INITIALIZED_DATASET, INITIALIZED_MODEL
 
@@ -148,10 +148,15 @@ def checkpoint_volume(*, ns: str, storage_type: str, volume_handle: Any, capacit
     return pv, pvc
 
 
-def initialized_dir(trainjob_name: str) -> str:
+def initialized_key(job: FsdpJobSettings) -> str:
+    """The content key of a job's downloads: a new dataset or model gets a new directory."""
+    return hashlib.sha256(f"{job.dataset_uri()}\0{job.model_uri()}".encode()).hexdigest()[:10]
+
+
+def initialized_dir(trainjob_name: str, key: str) -> str:
     """Where a TrainJob's trainer pods find what its initializers downloaded: the same directory
     of the checkpoint claim (``k8s.runtimes.initialized_subpath``) through the trainer's mount."""
-    return f"{CHECKPOINT_MOUNT}/{initialized_subpath(trainjob_name)}"
+    return f"{CHECKPOINT_MOUNT}/{initialized_subpath(trainjob_name, key)}"
 
 
 def initializer(job: JobBase, settings: Settings) -> dict[str, Any] | None:
@@ -159,7 +164,8 @@ def initializer(job: JobBase, settings: Settings) -> dict[str, Any] | None:
     the model as ``hf://`` URIs; the optional token as a secretRef)."""
     if not isinstance(job, FsdpJobSettings):
         return None
-    return trainer_api.initializer_spec(dataset_uri=job.dataset_uri(), model_uri=job.model_uri(), token_secret=settings.trainjobs.hf_token_secret)
+    key = [{"name": INITIALIZED_KEY_ENV, "value": initialized_key(job)}]
+    return trainer_api.initializer_spec(dataset_uri=job.dataset_uri(), model_uri=job.model_uri(), token_secret=settings.trainjobs.hf_token_secret, env=key)
 
 
 def program_args(workload: Workload, job: JobBase) -> list[str]:
@@ -176,7 +182,7 @@ def program_args(workload: Workload, job: JobBase) -> list[str]:
         args += ["--synthetic", "--synthetic-samples", str(DDP_SAMPLES)]
     elif workload.kind == "fsdp":
         assert isinstance(job, FsdpJobSettings), f"workload {workload.kind} needs FSDP job settings"
-        workspace = initialized_dir(workload.name)
+        workspace = initialized_dir(workload.name, initialized_key(job))
         args += ["--model", job.model, "--dataset-dir", f"{workspace}/{INITIALIZED_DATASET}", "--model-dir", f"{workspace}/{INITIALIZED_MODEL}"]
     return args + list(job.extra_args)
 
@@ -210,8 +216,7 @@ def job_env(job: JobBase, settings: Settings) -> list[dict]:
     """The trainer container's env: libfabric/NCCL EFA settings only for jobs that get EFA
     devices (a job told ``FI_PROVIDER=efa`` on a node without EFA fails to initialise NCCL's
     network plugin instead of falling back to sockets)."""
-    # the programs read data and models from disk (the initializers downloaded them): never the hub
-    env = [{"name": "HF_HUB_OFFLINE", "value": "1"}]
+    env: list[dict] = []
     if efa_devices(job, settings):
         env += [dict(e) for e in EFA_ENV]
     return env
@@ -293,7 +298,8 @@ def trainjob(
                 **(entry if entry is not None else trainer_entry(workload, job)),
                 "numNodes": job.num_nodes,
                 "resourcesPerNode": resources_per_node(job, settings),
-                "env": [*job_env(job, settings), {"name": JOB_NAME_ENV, "value": workload.name}],
+                # with initializers the program reads data and models from disk: never the hub
+                "env": [*job_env(job, settings), *([{"name": "HF_HUB_OFFLINE", "value": "1"}] if init else []), {"name": JOB_NAME_ENV, "value": workload.name}],
             },
             **({"initializer": init} if init else {}),
             field: value,
