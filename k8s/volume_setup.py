@@ -40,13 +40,16 @@ def directories_job(*, namespace: str, prefix: str, script: str, image: str, cla
             "spec": {
                 "restartPolicy": "OnFailure",
                 "automountServiceAccountToken": False,
+                "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
                 "containers": [container],
                 "volumes": [{"name": "fs", "persistentVolumeClaim": {"claimName": claim}}],
             }
         },
     }
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:10]
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": f"{prefix}-{digest}", "namespace": namespace}, "spec": spec}
+    # checkov inline skip: the two capabilities are this Job's whole purpose (see the module docstring)
+    skip = {"checkov.io/skip1": "CKV_K8S_25=CHOWN and FOWNER hand the volume's directories to the non-root training user"}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": f"{prefix}-{digest}", "namespace": namespace, "annotations": skip}, "spec": spec}
 
 
 def owner_script(uid: int) -> str:

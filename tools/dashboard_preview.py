@@ -50,7 +50,7 @@ def layout(body: dict) -> list[Box]:
 
 
 def draw(boxes: list[Box], path: str, title: str) -> None:
-    from PIL import Image, ImageDraw, ImageFont
+    from PIL import Image, ImageDraw, ImageFont  # pyright: ignore[reportMissingImports]  # Pillow: only `make dashboard-preview` installs it
 
     rows = max(b.y + b.height for b in boxes)
     width, height = DASHBOARD_GRID_WIDTH * UNIT_X + 2 * MARGIN, rows * UNIT_Y + 2 * MARGIN + 40
