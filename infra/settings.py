@@ -357,10 +357,11 @@ PLATFORM_FLAGS: dict[str, str] = {
     "--model": "model",
     "--checkpoint-dir": "to the job's directory on the checkpoint volume (trainjobs.checkpointStorage)",
 }
-# DDP: generated digits (workloads/programs/ddp_mnist.py --synthetic); the job never downloads MNIST
+# DDP: generated digits (workloads/programs/ddp_mnist.py --synthetic, which the platform passes; a
+# stack that also lists --synthetic in extraArgs, as one had to before, keeps working); the job
+# never downloads MNIST
 DDP_PLATFORM_FLAGS: dict[str, str] = {
     **PLATFORM_FLAGS,
-    "--synthetic": "(the DDP job trains on generated digits; it never downloads MNIST)",
     "--data-dir": "(the DDP job trains on generated digits; it never downloads MNIST)",
 }
 # FSDP: the dataset and model the Trainer's initializers put on the checkpoint volume
@@ -393,7 +394,7 @@ class JobBase(Section):
     gpus_per_node: Int | None = opt(None, "GPUs (processes) per node; unset = all GPUs of the type", check=_range(1))
     image: str | None = opt(None, "training image; unset = the image the stack builds from workloads/Dockerfile into its own ECR repository (docs/images.md)", check=_IMAGE_CHECK)
     availability_zone: str | None = opt(None, "pin the job's nodes to one AZ (an EFA job: efa.availabilityZone)", check=_pattern(_AZ_RE, "an AZ name such as us-west-2a"))
-    extra_args: list[str] = opt([], "extra command-line arguments for the training program (not the flags the platform sets: --epochs, --checkpoint-dir; DDP: --synthetic, --data-dir; FSDP: --model, --dataset-dir, --model-dir)")
+    extra_args: list[str] = opt([], "extra command-line arguments for the training program (not the flags the platform sets: --epochs, --checkpoint-dir; DDP: --data-dir; FSDP: --model, --dataset-dir, --model-dir)")
     active_deadline_seconds: Int | None = opt(
         None, "runaway guard: the TrainJob fails (DeadlineExceeded) this many seconds after it starts; unset = no limit (Trainer v2.3.0 only: docs/runbook.md)", check=_range(1)
     )

@@ -240,3 +240,9 @@ def test_the_tf_job_runs_with_the_tf_venv_and_says_how_to_get_it(tmp_path, monke
     (tmp_path / TF_VENV / "bin").mkdir(parents=True)
     (tmp_path / TF_VENV / "bin" / "python").touch()
     assert em.default_python("tf") == str(tmp_path / TF_VENV / "bin" / "python")
+
+
+def test_ddp_extra_args_may_still_say_synthetic():
+    # the platform now passes --synthetic itself; a stack file that listed it keeps loading
+    s = load({"trainjobs": {"ddp": {"enabled": True, "extraArgs": ["--synthetic", "--synthetic-samples", "4096"]}}})
+    assert s.trainjobs.ddp.extra_args == ["--synthetic", "--synthetic-samples", "4096"]
