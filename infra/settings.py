@@ -512,17 +512,21 @@ class CheckpointStorageSettings(Section):
 
 def system_namespaces() -> dict[str, str]:
     """Namespaces TrainJobs may not use, and what runs there."""
-    from k8s.gpu_objects import KARPENTER_NAMESPACE  # lazily: k8s modules import this one
+    from infra.observability import AGENT_NAMESPACE  # lazily: these modules import this one
+    from k8s.gpu_objects import KARPENTER_NAMESPACE
+    from k8s.kueue import KUEUE_NAMESPACE
+    from k8s.observability import MONITORING_NAMESPACE, OPS_NAMESPACE
+    from k8s.tenants import STORAGE_NAMESPACE
     from k8s.trainer import TRAINER_NAMESPACE
 
     reserved = {"kube-system": "Kubernetes system components", "kube-public": "cluster-wide public data", "kube-node-lease": "node heartbeats", "default": "the namespace of everything unplaced"}
     reserved[KARPENTER_NAMESPACE] = (reserved.get(KARPENTER_NAMESPACE, "") + " and Karpenter").removeprefix(" and ")
     reserved[TRAINER_NAMESPACE] = "the Kubeflow Trainer controller"
-    reserved["kueue-system"] = "the Kueue controller"  # k8s/kueue.py KUEUE_NAMESPACE
-    reserved["tenant-storage"] = "the job that creates the teams' checkpoint directories"  # k8s/tenants.py STORAGE_NAMESPACE
-    reserved["amazon-cloudwatch"] = "the CloudWatch agent and Fluent Bit (observability add-on)"  # infra/observability.py
-    reserved["monitoring"] = "Prometheus, Grafana and dcgm-exporter (observability.mode prometheus)"  # k8s/observability.py
-    reserved["platform-ops"] = "the GPU smoke check and the finished-TrainJob cleanup"  # k8s/observability.py OPS_NAMESPACE
+    reserved[KUEUE_NAMESPACE] = "the Kueue controller"
+    reserved[STORAGE_NAMESPACE] = "the job that creates the teams' checkpoint directories"
+    reserved[AGENT_NAMESPACE] = "the CloudWatch agent and Fluent Bit (observability add-on)"
+    reserved[MONITORING_NAMESPACE] = "Prometheus, Grafana and dcgm-exporter (observability.mode prometheus)"
+    reserved[OPS_NAMESPACE] = "the GPU smoke check and the finished-TrainJob cleanup"
     return reserved
 
 

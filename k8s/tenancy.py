@@ -29,6 +29,7 @@ from k8s import tenants as tn
 from k8s.helm import release
 from k8s.resources import apply_manifest
 from k8s.trainer import Trainer
+from k8s.volume_setup import tenant_dirs_job
 from workloads import trainjob as tj
 
 VIEW_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSViewPolicy"
@@ -132,7 +133,7 @@ class Tenants(pulumi.ComponentResource):
         pv_manifest, pvc_manifest = tj.checkpoint_volume(ns=tn.STORAGE_NAMESPACE, storage_type=st.type, volume_handle=st.volume_handle, capacity_gib=st.capacity_gib, attributes=st.attributes)
         pv = self._apply(pv_manifest, st.addon)
         pvc = self._apply(pvc_manifest, ns, pv)
-        job = self._apply(tn.tenant_dirs_job(teams, uid=int(versions.WORKLOAD_UID), image=versions.VOLUME_SETUP_IMAGE), pvc)
+        job = self._apply(tenant_dirs_job(teams, uid=int(versions.WORKLOAD_UID), image=versions.VOLUME_SETUP_IMAGE), pvc)
         return [job]
 
     def _checkpoint_volume(self, team: str, ns_name: str, ns: pulumi.Resource, dirs_ready: list[pulumi.Resource]) -> None:

@@ -194,11 +194,3 @@ def tenant_dirs_script(teams: list[str], uid: int) -> str:
 
 STORAGE_NAMESPACE = "tenant-storage"
 """Namespace of the one-shot Job that creates the teams' directories on FSx for Lustre."""
-
-
-def tenant_dirs_job(teams: list[str], *, uid: int, image: str) -> dict:
-    """The Job that creates the teams' directories, mounting the file system's root through the
-    storage namespace's claim. Named by its script, so a new team makes a new Job."""
-    from k8s.volume_setup import directories_job  # that module imports this one's claim name
-
-    return directories_job(namespace=STORAGE_NAMESPACE, prefix="tenant-dirs", script=tenant_dirs_script(teams, uid), image=image)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from k8s.tenants import CHECKPOINT_CLAIM
+from k8s.tenants import CHECKPOINT_CLAIM, STORAGE_NAMESPACE, tenant_dirs_script
 
 MOUNT = "/fs"
 
@@ -62,3 +62,10 @@ def owner_script(uid: int) -> str:
 def checkpoint_owner_job(namespace: str, *, uid: int, image: str) -> dict:
     """The training namespace's claim (the file system's root) made writable for the training user."""
     return directories_job(namespace=namespace, prefix="checkpoint-owner", script=owner_script(uid), image=image)
+
+
+def tenant_dirs_job(teams: list[str], *, uid: int, image: str) -> dict:
+    """The Job that creates the teams' directories (FSx for Lustre: the CSI driver mounts a
+    sub-directory only if it exists), mounting the file system's root through the storage
+    namespace's claim."""
+    return directories_job(namespace=STORAGE_NAMESPACE, prefix="tenant-dirs", script=tenant_dirs_script(teams, uid), image=image)

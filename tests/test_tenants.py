@@ -300,3 +300,18 @@ def test_initializer_pod_sets_take_the_system_flavor_not_a_gpu_pool():
         mem += int(c["resources"]["requests"]["memory"].removesuffix("Gi"))
     assert cpu * kq.SYSTEM_JOBS_AT_ONCE <= int(quota["cpu"]) and mem * kq.SYSTEM_JOBS_AT_ONCE <= int(quota["memory"].removesuffix("Gi"))
     assert quota[kq.GPU] == 0 and quota[kq.EFA] == 0
+
+
+def test_directories_under_initializer_sub_paths_stay_readable_for_the_training_uid():
+    """The kubelet creates a missing sub-path directory as root with the mode of the volume's root
+    (kubernetes pkg/kubelet/kubelet_pods.go makeMounts: GetMode(volumePath) then SafeMakeDir), and
+    the Trainer's initializers run as root (their upstream images set no USER). The trainer pods run
+    as the training uid, so every directory that becomes such a root must let others read and
+    traverse it: mode 0755 on the training namespace's root and on each team's directory."""
+    import re
+
+    from k8s.volume_setup import owner_script
+
+    for script in (owner_script(1000), tn.tenant_dirs_script(["vision", "nlp"], 1000)):
+        modes = re.findall(r"chmod (0[0-7]{3})", script)
+        assert modes and all(int(m, 8) & 0o005 == 0o005 for m in modes), script
