@@ -9,11 +9,19 @@ program never contacts the hub. The dataset is the split's parquet or JSON lines
 (``<split>-*.parquet`` as the hub's parquet layout names them, e.g. billsum's
 ``data/train-00000-of-00001.parquet``) with a text and a summary column. ``--init random`` builds
 the model from a known config (``--model-config tiny`` for tests); ``--synthetic`` trains on
-generated token sequences with no data at all (benchmarks). Sharded checkpoints
-with ``torch.distributed.checkpoint``; on start the newest complete one is restored. By default a
-save is asynchronous (``--checkpoint-mode async``): the loop waits only while the state is copied to
-host memory, the files are written in the background, and the checkpoint is marked complete only
-once they are; ``--checkpoint-mode sync`` writes in the loop.
+generated token sequences with no data at all (benchmarks).
+
+Batches (``--padding bucketed``, the default): each run of ``--bucket-window`` global batches is
+sorted by length, so samples of similar lengths train together and each batch is cut to its longest
+sample (rounded up to ``--pad-multiple``); little of a step is spent on padding, which does no
+useful work. The batch order is a function of the seed and the epoch, the same on every rank.
+
+Sharded checkpoints with ``torch.distributed.checkpoint``; on start the newest complete one is
+restored. By default a save is asynchronous (``--checkpoint-mode async``): the state is copied to
+host buffers that are reused from save to save (page-locked on a GPU) while the next step
+computes, the loop waits for that copy only before its optimizer step, the files are written in the
+background, and the checkpoint is marked complete only once they are; ``--checkpoint-mode sync``
+writes in the loop.
 """
 
 from __future__ import annotations
@@ -24,10 +32,13 @@ import json
 import os
 import resource
 import time
+from typing import Any
 
+import t5_model
 import torch
 import torch.nn.functional as F
 import trainlib
+from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load  # torch.distributed.checkpoint.load
 from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse
@@ -35,10 +46,10 @@ from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_asyn
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save  # torch.distributed.checkpoint.save
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from torch.utils.data import TensorDataset
 
 # Architectures known without a download (public T5 v1.0 hyper-parameters) and a tiny one.
-T5_CONFIGS = {
+T5_CONFIGS: dict[str, dict[str, Any]] = {
     "tiny": {"d_model": 64, "d_ff": 128, "num_layers": 2, "num_decoder_layers": 2, "num_heads": 4, "d_kv": 16, "vocab_size": 512},
     "t5-small": {"d_model": 512, "d_ff": 2048, "num_layers": 6, "num_decoder_layers": 6, "num_heads": 8, "d_kv": 64, "vocab_size": 32128},
     "t5-base": {"d_model": 768, "d_ff": 3072, "num_layers": 12, "num_decoder_layers": 12, "num_heads": 12, "d_kv": 64, "vocab_size": 32128},
@@ -48,7 +59,7 @@ PAD_ID = 0
 IGNORE = -100
 
 
-def parse_args(argv=None):
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     p.add_argument("--model", default="google-t5/t5-large", help="hub model id (names the architecture for --init random)")
     p.add_argument("--model-dir", help="directory of the model (config, safetensors weights, tokenizer) the model initializer downloaded")
@@ -78,9 +89,29 @@ def parse_args(argv=None):
     p.add_argument("--wrap", choices=("per-block", "root"), default="per-block", help="FSDP units: each transformer block, or the whole model as one")
     p.add_argument("--no-mask-pad", action="store_true", help="count pad tokens in the loss (for comparisons only)")
     p.add_argument("--compile", action="store_true", help="torch.compile each block")
+    p.add_argument(
+        "--impl", choices=("native", "hf"), default="native",
+        help="native: this platform's T5 (t5_model.py: fused projections, one attention mask per stack), the same model and weights as hf: Hugging Face's T5ForConditionalGeneration",
+    )
+    p.add_argument("--attention", choices=("sdpa", "flex"), default="sdpa", help="native: scaled_dot_product_attention, or FlexAttention with the position bias as a score modification (GPU only)")
+    p.add_argument("--dropout", type=float, default=None, help="dropout rate (default: the model config's, 0.1 for T5)")
+    p.add_argument(
+        "--padding", choices=("bucketed", "full"), default="bucketed",
+        help="bucketed: samples of similar length batched together and each batch cut to its longest sample; full: every batch at --source-len/--target-len",
+    )
+    p.add_argument("--bucket-window", type=int, default=64, help="bucketed: global batches whose samples are sorted by length together")
+    p.add_argument("--pad-multiple", type=int, default=16, help="bucketed: batch lengths rounded up to a multiple of this (fewer distinct shapes)")
     p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--trace-dir", help="profile --trace-steps steps after warm-up with torch.profiler; rank 0 writes a Chrome trace here and prints the top kernels")
+    p.add_argument("--trace-steps", type=int, default=3)
+    p.add_argument("--report-step-times", action="store_true", help="list every step's loop time (compute, checkpoint stall included) in the result event (benchmarks)")
+    return p
+
+
+def parse_args(argv=None):
+    p = build_parser()
     args = trainlib.parse_args(p, argv)
-    for name in ("epochs", "batch_size", "grad_accum", "checkpoint_every", "source_len", "target_len"):
+    for name in ("epochs", "batch_size", "grad_accum", "checkpoint_every", "source_len", "target_len", "bucket_window", "pad_multiple"):
         if getattr(args, name) < 1:
             trainlib.usage_error(p, f"--{name.replace('_', '-')} must be >= 1")
     if args.model_config is None:
@@ -89,21 +120,55 @@ def parse_args(argv=None):
         trainlib.usage_error(p, f"--init random needs --model-config, one of {', '.join(sorted(T5_CONFIGS))}")
     if args.init == "pretrained" and not args.model_dir:
         trainlib.usage_error(p, "--init pretrained needs --model-dir (the model initializer's directory)")
+    if args.dropout is not None and not 0.0 <= args.dropout < 1.0:
+        trainlib.usage_error(p, f"--dropout must be in [0, 1), not {args.dropout}")
+    if args.attention == "flex" and args.impl != "native":
+        trainlib.usage_error(p, "--attention flex needs --impl native")
+    if args.attention == "flex" and args.dropout != 0.0:
+        # flex_attention has no dropout on the attention probabilities: it would train another model
+        trainlib.usage_error(p, "--attention flex applies no attention dropout: pass --dropout 0")
     if not args.synthetic and not (args.dataset_dir and args.model_dir):
         trainlib.usage_error(p, "training on a dataset needs --dataset-dir and --model-dir (its tokenizer); or pass --synthetic")
     return args
 
 
 def build_model(args, d: trainlib.Dist):
+    """The model in training mode (dropout on, at --dropout or the config's rate), on the host."""
+    if args.impl == "native":
+        if args.init == "random":
+            settings = t5_model.T5Settings(**T5_CONFIGS[args.model_config], pad_token_id=PAD_ID, decoder_start_token_id=PAD_ID, eos_token_id=1)
+            model = t5_model.T5Model(settings, attention=args.attention)
+            t5_model.init_weights(model, seed=args.seed)  # identical initial weights on every rank
+        else:
+            _require_dir(args.model_dir, "model")
+            model = t5_model.from_pretrained(args.model_dir, attention=args.attention)
+        if args.dropout is not None:
+            model.set_dropout(args.dropout)
+        return model.train()
     from transformers import T5Config, T5ForConditionalGeneration
 
+    # the config's dropout_rate reaches every dropout, the attention probabilities' included
+    override = {} if args.dropout is None else {"dropout_rate": args.dropout}
     if args.init == "random":
         torch.manual_seed(args.seed)  # identical initial weights on every rank
         # decoder_start_token_id is no T5Config field; the strict dataclass keeps extra kwargs, its typed __init__ omits them
-        config = T5Config(**T5_CONFIGS[args.model_config], decoder_start_token_id=PAD_ID, pad_token_id=PAD_ID, eos_token_id=1)  # pyright: ignore[reportCallIssue]
-        return T5ForConditionalGeneration(config)
-    _require_dir(args.model_dir, "model")
-    return T5ForConditionalGeneration.from_pretrained(args.model_dir)
+        config = T5Config(**T5_CONFIGS[args.model_config], decoder_start_token_id=PAD_ID, pad_token_id=PAD_ID, eos_token_id=1, **override)  # pyright: ignore[reportCallIssue]
+        model = T5ForConditionalGeneration(config)
+    else:
+        _require_dir(args.model_dir, "model")
+        model = T5ForConditionalGeneration.from_pretrained(args.model_dir, **override)
+    return model.train()  # from_pretrained returns the model in eval mode
+
+
+def vocab_size(model) -> int:
+    return model.settings.vocab_size if isinstance(model, t5_model.T5Model) else model.config.vocab_size
+
+
+def block_lists(model) -> tuple[torch.nn.ModuleList, torch.nn.ModuleList]:
+    """The encoder's and the decoder's transformer blocks: the units sharded (and compiled) one by one."""
+    if isinstance(model, t5_model.T5Model):
+        return model.encoder.blocks, model.decoder.blocks
+    return model.encoder.block, model.decoder.block
 
 
 def _require_dir(path: str, what: str) -> None:
@@ -192,10 +257,12 @@ def text_dataset(args, vocab: int) -> TensorDataset:
 def shard(model, args, d: trainlib.Dist, bf16: bool):
     mesh = init_device_mesh(d.device.type, (d.world_size,))
     mp_policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()  # the latter is fully_shard's default
-    if args.activation_checkpointing:
+    if args.activation_checkpointing and isinstance(model, t5_model.T5Model):
+        model.activation_checkpointing = True  # each block recomputed in backward (non-reentrant checkpoint)
+    elif args.activation_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if args.wrap == "per-block":
-        for stack in (model.encoder.block, model.decoder.block):
+        for stack in block_lists(model):
             for i, block in enumerate(stack):
                 if args.compile:
                     block = torch.compile(block)
@@ -216,26 +283,83 @@ def peak_memory_gib(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB (host RSS)
 
 
+class Profiler:
+    """torch.profiler over a few steps after warm-up: rank 0 writes a Chrome trace and prints the
+    operators (kernels, on a GPU) that took the most time, so what holds MFU down is measured."""
+
+    WARMUP = 5
+
+    def __init__(self, out_dir: str, steps: int, d: trainlib.Dist):
+        self.out_dir, self.steps, self.d = out_dir, steps, d
+        self.prof: torch.profiler.profile | None = None
+        self.done = False
+
+    def at_step(self, index: int) -> None:
+        if self.prof is None and not self.done and index == self.WARMUP:
+            activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if self.d.device.type == "cuda" else [])
+            self.prof = torch.profiler.profile(activities=activities)
+            self.prof.__enter__()
+        elif self.prof is not None and index == self.WARMUP + self.steps:
+            self.stop()
+
+    def stop(self) -> None:
+        if self.prof is None:
+            return
+        prof, self.prof, self.done = self.prof, None, True
+        prof.__exit__(None, None, None)
+        if self.d.is_main:
+            os.makedirs(self.out_dir, exist_ok=True)
+            prof.export_chrome_trace(os.path.join(self.out_dir, "trace.json"))
+            key = "self_device_time_total" if self.d.device.type == "cuda" else "self_cpu_time_total"
+            table = prof.key_averages().table(sort_by=key, row_limit=20)
+            with open(os.path.join(self.out_dir, "top_ops.txt"), "w") as fh:
+                fh.write(table)
+            print(f"profile of {self.steps} steps (sorted by {key}):\n{table}", flush=True)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     d = trainlib.setup()
     bf16 = args.precision == "bf16" or (args.precision == "auto" and d.device.type == "cuda")
+    found = trainlib.latest_checkpoint(args.checkpoint_dir)
+    written_by = found[1].get("impl", "hf") if found else args.impl  # checkpoints before --impl hold Hugging Face's T5
+    if written_by != args.impl:
+        # the two implementations name and fuse their weights differently: a job resumes with the
+        # one its checkpoint holds, so a restart across a platform upgrade continues the same run
+        trainlib.log(d, f"fsdp-t5: {found[0] if found else ''} holds the {written_by} T5; continuing with --impl {written_by}")
+        args.impl = written_by
+        args.attention = "sdpa" if written_by == "hf" else args.attention
     model = build_model(args, d)
-    dataset = synthetic_dataset(args, model.config.vocab_size) if args.synthetic else text_dataset(args, model.config.vocab_size)
+    dataset = synthetic_dataset(args, vocab_size(model)) if args.synthetic else text_dataset(args, vocab_size(model))
     model.to(d.device)  # pyright: ignore[reportArgumentType]  # transformers wraps Module.to with functools.wraps, which pyright does not bind as a method
     model = shard(model, args, d, bf16)
     assert isinstance(model, FSDPModule)  # fully_shard swapped in an FSDP subclass of the model's class
     # fused AdamW on GPU: one kernel per parameter group instead of a handful per tensor
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0, fused=d.device.type == "cuda")
 
-    sampler = DistributedSampler(dataset, num_replicas=d.world_size, rank=d.rank, shuffle=True, seed=args.seed, drop_last=True)
-    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler, drop_last=True)
-    steps_per_epoch = len(loader) // args.grad_accum
+    src_all, mask_all, tgt_all = dataset.tensors
+    lengths = list(zip(mask_all.sum(1).tolist(), (tgt_all != PAD_ID).sum(1).tolist(), strict=True))  # useful tokens (right-padded)
+    global_batch = args.batch_size * d.world_size
+    steps_per_epoch = len(dataset) // global_batch // args.grad_accum
     if steps_per_epoch == 0:
         trainlib.fail_config(f"{len(dataset)} samples are fewer than one step ({args.batch_size} x {args.grad_accum} x {d.world_size})")
     total_steps = args.epochs * steps_per_epoch
     if args.max_steps:
         total_steps = min(total_steps, args.max_steps)
+    bucket_window = args.bucket_window if args.padding == "bucketed" else 0
+    pin = d.device.type == "cuda"
+
+    def micro_batch(indices: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """This rank's slice of a global batch on the device; every rank cuts the batch to the same
+        lengths, so their steps take the same time."""
+        s_len, t_len = args.source_len, args.target_len
+        if bucket_window:
+            s_len = trainlib.padded_length(max(lengths[i][0] for i in indices), args.pad_multiple, args.source_len)
+            t_len = trainlib.padded_length(max(lengths[i][1] for i in indices), args.pad_multiple, args.target_len)
+        mine = torch.tensor(indices[d.rank * args.batch_size : (d.rank + 1) * args.batch_size])
+        host = (src_all[mine, :s_len], mask_all[mine, :s_len], tgt_all[mine, :t_len])
+        # from page-locked memory the copy to the GPU is asynchronous: the host goes on launching
+        return tuple(t.pin_memory().to(d.device, non_blocking=True) if pin else t for t in host)  # pyright: ignore[reportReturnType]
 
     def load(path: str) -> None:
         msd, osd = get_state_dict(model, opt)
@@ -246,44 +370,54 @@ def main(argv=None) -> int:
     step, resumed_from, last_loss = trainlib.resume(d, args.checkpoint_dir, load)
     writer = trainlib.CheckpointWriter(d, args.checkpoint_dir, asynchronous=args.checkpoint_mode == "async")
 
+    # one stager for the whole run: its host copy of the state (page-locked on a GPU, so the copy
+    # runs at full PCIe speed on a stream of its own) is allocated at the first save and reused
+    # (torch.distributed.checkpoint.staging.DefaultStager caches staged storages per source
+    # storage); the copy runs in its thread while the next step computes, and the loop waits for
+    # it only before the optimizer step changes the state
+    cuda = d.device.type == "cuda"
+    stager = DefaultStager(StagingOptions(use_pinned_memory=cuda, use_shared_memory=False, use_async_staging=True, use_non_blocking_copy=cuda)) if args.checkpoint_mode == "async" else None
+
     def save(at_step: int) -> None:
         def write(tmp):
             msd, osd = get_state_dict(model, opt)
-            if args.checkpoint_mode == "sync":
+            if stager is None:
                 dcp_save({"model": msd, "optim": osd}, checkpoint_id=tmp)
                 return None
-            # returns once the state is staged (deep-copied) in host memory; the write runs in a
-            # thread, on the writer's own gloo group
-            pending = dcp_async_save({"model": msd, "optim": osd}, checkpoint_id=tmp, process_group=writer.group)
-            return pending.upload_completion if isinstance(pending, AsyncSaveResponse) else pending
+            # the write runs in a thread, on the writer's own gloo group, once the stager's copy is taken
+            pending = dcp_async_save({"model": msd, "optim": osd}, checkpoint_id=tmp, process_group=writer.group, async_stager=stager)
+            return (pending.staging_completion, pending.upload_completion) if isinstance(pending, AsyncSaveResponse) else pending
 
-        writer.save(at_step, {"epoch": at_step // steps_per_epoch, "micro_batch_in_epoch": (at_step % steps_per_epoch) * args.grad_accum, "world_size": d.world_size, "loss": last_loss}, write)
+        writer.save(at_step, {"epoch": at_step // steps_per_epoch, "micro_batch_in_epoch": (at_step % steps_per_epoch) * args.grad_accum, "world_size": d.world_size, "loss": last_loss, "impl": args.impl}, write)
 
     if d.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(d.device)
-    # loss sum over micro-batches, micro-batches, tokens: kept on the device so the step never
-    # waits for the GPU except where it is timed and logged
-    window = torch.zeros(3, dtype=torch.float64, device=d.device)
-    step_times: list[float] = []
-    tokens_total = 0.0
+    # loss sum over micro-batches, micro-batches, useful tokens, tokens computed (padding
+    # included): kept on the device so the step never waits for the GPU except where it is timed
+    window = torch.zeros(4, dtype=torch.float64, device=d.device)
+    step_times: list[float] = []  # forward, backward and optimizer step
+    loop_times: list[float] = []  # the whole iteration: checkpoint saves and waits included
+    tokens_total = computed_total = 0.0
+    profiler = Profiler(args.trace_dir, args.trace_steps, d) if args.trace_dir else None
     t_train = time.perf_counter()
     while step < total_steps:
         epoch, offset = divmod(step, steps_per_epoch)
-        sampler.set_epoch(epoch)
-        batches = iter(loader)
-        for _ in range(offset * args.grad_accum):  # resume at the exact next micro-batch
-            next(batches)
-        for _ in range(offset, steps_per_epoch):
+        batches = trainlib.epoch_batches(lengths, global_batch=global_batch, seed=args.seed, epoch=epoch, bucket_window=bucket_window, granularity=args.pad_multiple)
+        for step_in_epoch in range(offset, steps_per_epoch):  # a resumed job starts at the exact next micro-batch
             t0 = time.perf_counter()
+            if profiler:
+                profiler.at_step(len(step_times))
             trainlib.seed_step(args.seed, step, d.rank)
             for micro in range(args.grad_accum):
-                src, mask, tgt = (t.to(d.device, non_blocking=True) for t in next(batches))
+                src, mask, tgt = micro_batch(batches[step_in_epoch * args.grad_accum + micro])
                 labels = tgt if args.no_mask_pad else tgt.masked_fill(tgt == PAD_ID, IGNORE)
                 model.set_requires_gradient_sync(micro == args.grad_accum - 1)
-                logits = model(input_ids=src, attention_mask=mask, labels=labels).logits
+                out = model(input_ids=src, attention_mask=mask, labels=labels)
+                logits = out if isinstance(out, torch.Tensor) else out.logits
                 loss = loss_fn(logits, labels) / args.grad_accum
                 loss.backward()
-                window += torch.stack([loss.detach().double() * args.grad_accum, torch.ones((), dtype=torch.float64, device=d.device), (mask.sum() + (tgt != PAD_ID).sum()).double()])
+                window += torch.stack([loss.detach().double() * args.grad_accum, torch.ones((), dtype=torch.float64, device=d.device), (mask.sum() + (tgt != PAD_ID).sum()).double(), torch.tensor(float(src.numel() + tgt.numel()), dtype=torch.float64, device=d.device)])
+            writer.wait_staged()  # a save's copy of the state must be taken before the step changes it
             opt.step()
             opt.zero_grad(set_to_none=True)
             if d.device.type == "cuda":
@@ -293,9 +427,10 @@ def main(argv=None) -> int:
             trainlib.fault_point(step)
             writer.poll()
             if step % args.log_every == 0 or step % args.checkpoint_every == 0 or step == total_steps or step % steps_per_epoch == 0:
-                loss_sum, micro_batches, tokens = trainlib.all_reduce_sum(window.tolist(), d.device)
+                loss_sum, micro_batches, tokens, computed = trainlib.all_reduce_sum(window.tolist(), d.device)
                 last_loss = loss_sum / max(micro_batches, 1)
                 tokens_total += tokens
+                computed_total += computed
                 trainlib.event(d, "step", step=step, epoch=epoch, loss=round(last_loss, 6))
                 logged = max(1, round(micro_batches / (args.grad_accum * d.world_size)))  # steps since the last line
                 window_s = sum(step_times[-logged:])
@@ -306,9 +441,14 @@ def main(argv=None) -> int:
                 window.zero_()
             if step % args.checkpoint_every == 0 or step % steps_per_epoch == 0:
                 save(step)
+            loop_times.append(time.perf_counter() - t0)
             if step >= total_steps:
                 break
+    if profiler:
+        profiler.stop()
     writer.close()  # the last checkpoint is complete before the job reports success
+    if stager is not None:
+        stager.close()
     elapsed = trainlib.all_reduce_max(time.perf_counter() - t_train, d.device)
     peak = trainlib.all_reduce_max(peak_memory_gib(d.device), d.device)
     warm = sorted(step_times[3:] if len(step_times) >= 6 else step_times[1:] or step_times)
@@ -317,7 +457,8 @@ def main(argv=None) -> int:
     trainlib.event(
         d, "result", final_step=step, final_loss=round(last_loss, 6), resumed_from_step=resumed_from,
         tokens_per_s=round(tokens_total / max(elapsed, 1e-9), 1), step_time_s=round(step_time, 5), peak_memory_gib=round(peak, 3),
-        world_size=d.world_size, precision="bf16" if bf16 else "fp32",
+        world_size=d.world_size, precision="bf16" if bf16 else "fp32", useful_tokens=tokens_total, useful_fraction=round(tokens_total / max(computed_total, 1.0), 4),
+        **({"loop_times_s": [round(t, 5) for t in loop_times], "first_step": step - len(loop_times)} if args.report_step_times else {}),
     )
     trainlib.metric(
         d, "result", step=step, loss=round(last_loss, 6), tokens_per_s=round(tokens_total / max(elapsed, 1e-9), 1), step_time_s=round(step_time, 5), memory_gib=round(peak, 3)

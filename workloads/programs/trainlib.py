@@ -24,6 +24,7 @@ import shutil
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import NoReturn
@@ -212,6 +213,45 @@ def parse_args(parser, argv=None):
         raise
 
 
+# --- batches ---------------------------------------------------------------------------------
+
+
+def epoch_batches(lengths: Sequence[tuple[int, ...]], *, global_batch: int, seed: int, epoch: int, bucket_window: int = 0, granularity: int = 1) -> list[list[int]]:
+    """The epoch's global batches as lists of sample indices: the same list on every rank, a
+    function of (seed, epoch) only, so a resumed job continues at the exact next batch.
+
+    Samples are shuffled, the tail that does not fill a global batch is dropped (every rank gets
+    the same number of batches), and with ``bucket_window`` > 0 each run of ``bucket_window``
+    global batches is sorted by length (longest first; ties keep the shuffled order) before it
+    is cut into batches, whose order is then shuffled again. A sample's lengths (source, target)
+    sort as a tuple whose leading ones are counted in units of ``granularity`` (the length a batch
+    is rounded to), so samples whose sources round alike are ordered by their targets. Batches of similar lengths can be cut
+    to their longest sample, so little of the step is spent on padding; the window keeps the
+    randomness of what trains together. Rank ``r`` of ``W`` takes slice ``[r*B, (r+1)*B)`` of each.
+    """
+    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    order = torch.randperm(len(lengths), generator=g).tolist()
+    usable = len(order) // global_batch * global_batch
+    order = order[:usable]
+    if bucket_window > 0:
+        span = global_batch * bucket_window
+        def key(i: int) -> tuple[int, ...]:
+            *leading, last = lengths[i]
+            return (*(-(-n // granularity) for n in leading), last)
+
+        order = [i for start in range(0, usable, span) for i in sorted(order[start : start + span], key=key, reverse=True)]
+    batches = [order[start : start + global_batch] for start in range(0, usable, global_batch)]
+    if bucket_window > 0:
+        batches = [batches[i] for i in torch.randperm(len(batches), generator=g).tolist()]
+    return batches
+
+
+def padded_length(longest: int, multiple: int, cap: int) -> int:
+    """A batch's length: its longest sample rounded up to ``multiple`` (fewer distinct shapes
+    for compiled code and kernel autotuning), never beyond ``cap``."""
+    return min(cap, -(-max(longest, 1) // multiple) * multiple)
+
+
 # --- checkpoints -------------------------------------------------------------------------------
 
 
@@ -262,10 +302,14 @@ class CheckpointWriter:
     Synchronous when ``write_state`` returns None. When it returns a future (an asynchronous
     save that has copied the state to host memory and writes it in the background), ``save``
     returns at once and rank 0 completes the checkpoint (``meta.json``, then the rename) in a
-    background thread only after the write has finished on every rank. At most one save is in
-    flight: the next ``save`` and ``close`` wait for it. Each finished save logs a ``checkpoint``
-    event with ``ckpt_stall_s`` (time the training loop was blocked in ``save``, waiting for the
-    previous save included) and ``ckpt_total_s`` (from the start of ``save`` to the rename).
+    background thread only after the write has finished on every rank. ``write_state`` may also
+    return a pair of futures, (staged, written), when even the copy to host memory runs in the
+    background: the training loop then calls ``wait_staged`` before it next changes the state
+    (the optimizer step), and only that wait blocks it. At most one save is in flight: the next
+    ``save`` and ``close`` wait for it. Each finished save logs a ``checkpoint`` event with
+    ``ckpt_stall_s`` (time the training loop was blocked in ``save`` and ``wait_staged``, waiting
+    for the previous save included) and ``ckpt_total_s`` (from the start of ``save`` to the
+    rename).
     """
 
     def __init__(self, d: Dist, root: str, keep: int = 3, asynchronous: bool = False):
@@ -279,6 +323,8 @@ class CheckpointWriter:
         self.group: dist.ProcessGroup | None = group if isinstance(group, dist.ProcessGroup) else None  # every rank is a member
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-finalize") if asynchronous else None
         self._pending: tuple[int, float, Future] | None = None  # (step, stall, completion)
+        self._staged: Future | None = None  # the copy to host memory of the save in flight, if still running
+        self._staging_wait = 0.0  # time the loop spent in wait_staged for the save in flight
 
     def save(self, step: int, meta: dict, write_state) -> str:
         t0 = time.perf_counter()
@@ -302,10 +348,24 @@ class CheckpointWriter:
             seconds = time.perf_counter() - t0
             self._event(step, seconds, seconds, "sync")
             return final
+        staged = None
+        if isinstance(written, tuple):
+            staged, written = written
         fault_in_async_save(step)
         done = self._pool.submit(self._complete_after, written, tmp, final, meta, step, t0) if self._pool and self.d.is_main else written
+        self._staged, self._staging_wait = staged, 0.0
         self._pending = (step, time.perf_counter() - t0, done)
         return final
+
+    def wait_staged(self) -> None:
+        """Block until the save in flight has its copy of the state in host memory (call before
+        the state changes: the optimizer step). Returns at once when it has, or when none is."""
+        if self._staged is None:
+            return
+        t0 = time.perf_counter()
+        self._staged.result()
+        self._staged = None
+        self._staging_wait += time.perf_counter() - t0
 
     def _complete_after(self, written: Future, tmp: str, final: str, meta: dict, step: int, t0: float) -> float:
         # the save's final collective gathers every rank's write results on rank 0 before its
@@ -332,10 +392,12 @@ class CheckpointWriter:
         """Block until the save in flight (if any) is complete; raises its error."""
         if not self._pending:
             return
+        self.wait_staged()
         step, stall, done = self._pending
+        stall += self._staging_wait
         self._pending = None
         total = done.result()
-        self._event(step, stall, total if isinstance(total, float) else stall, "async")
+        self._event(step, stall, max(total, stall) if isinstance(total, float) else stall, "async")
 
     def close(self) -> None:
         """Wait for the last save and make sure every rank sees it complete."""

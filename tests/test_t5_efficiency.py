@@ -1,0 +1,149 @@
+"""What the FSDP T5 program does for speed, checked on CPU: length-bucketed batches (every sample
+once, the same plan on every rank and after a restart, little padding), the asynchronous staging
+of checkpoints (the loop blocks only until the host copy is taken), the profiler hook, and the
+per-step figures the efficiency benchmark reads."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import threading
+import time
+from concurrent.futures import Future
+
+import pytest
+import torch
+
+from bench.common import run_program
+from workloads.trainjob import PROGRAMS_DIR
+
+sys.path.insert(0, str(PROGRAMS_DIR))  # the programs import trainlib by name, as in the image
+import trainlib  # noqa: E402
+
+
+def _lengths(n: int, seed: int = 0) -> list[tuple[int, int]]:
+    g = torch.Generator().manual_seed(seed)
+    return list(zip(torch.randint(16, 513, (n,), generator=g).tolist(), torch.randint(4, 129, (n,), generator=g).tolist(), strict=True))
+
+
+@pytest.mark.parametrize("window", [0, 4, 64])
+def test_epoch_plan_uses_every_sample_at_most_once_and_depends_only_on_seed_and_epoch(window):
+    lengths = _lengths(1003)
+    plan = trainlib.epoch_batches(lengths, global_batch=16, seed=7, epoch=2, bucket_window=window)
+    assert len(plan) == 1003 // 16 and all(len(b) == 16 for b in plan)  # the tail that fills no batch is dropped
+    flat = [i for b in plan for i in b]
+    assert len(set(flat)) == len(flat) and set(flat) <= set(range(1003))
+    assert plan == trainlib.epoch_batches(lengths, global_batch=16, seed=7, epoch=2, bucket_window=window)  # every rank, every restart
+    assert plan != trainlib.epoch_batches(lengths, global_batch=16, seed=7, epoch=3, bucket_window=window)
+    assert plan != trainlib.epoch_batches(lengths, global_batch=16, seed=8, epoch=2, bucket_window=window)
+
+
+def _computed_over_useful(plan: list[list[int]], lengths: list[tuple[int, int]], multiple: int) -> float:
+    computed = sum(len(b) * (trainlib.padded_length(max(lengths[i][0] for i in b), multiple, 512) + trainlib.padded_length(max(lengths[i][1] for i in b), multiple, 128)) for b in plan)
+    useful = sum(lengths[i][0] + lengths[i][1] for b in plan for i in b)
+    return computed / useful
+
+
+def test_bucketing_cuts_the_padding_a_step_computes():
+    lengths = _lengths(4096)
+    full = sum(512 + 128 for _ in range(4096 // 32 * 32)) / sum(s + t for b in trainlib.epoch_batches(lengths, global_batch=32, seed=1, epoch=0) for s, t in (lengths[i] for i in b))
+    unsorted = _computed_over_useful(trainlib.epoch_batches(lengths, global_batch=32, seed=1, epoch=0), lengths, 64)
+    bucketed = _computed_over_useful(trainlib.epoch_batches(lengths, global_batch=32, seed=1, epoch=0, bucket_window=64, granularity=16), lengths, 16)
+    by_source_only = _computed_over_useful(trainlib.epoch_batches(lengths, global_batch=32, seed=1, epoch=0, bucket_window=64), lengths, 16)
+    assert full > 1.8  # uniform lengths: about half of a full-length batch is padding
+    assert unsorted > 1.4  # cutting a random batch to its longest sample saves little
+    # sorted windows: under 20 % of the computed tokens are padding, most of it in the targets,
+    # whose lengths here do not follow the sources' (a window holds about two batches per source
+    # length); sources that round alike are ordered by their targets, which saves a fifth of it
+    assert bucketed < 1.2
+    assert bucketed < by_source_only - 0.04
+    # the window keeps batches random: the same batch plan never comes twice, nor in length order
+    plan = trainlib.epoch_batches(lengths, global_batch=32, seed=1, epoch=0, bucket_window=64)
+    firsts = [lengths[b[0]][0] for b in plan[:20]]
+    assert firsts != sorted(firsts, reverse=True)
+
+
+@pytest.mark.parametrize(("longest", "multiple", "cap", "expected"), [(1, 64, 512, 64), (64, 64, 512, 64), (65, 64, 512, 128), (500, 64, 512, 512), (511, 64, 500, 500), (0, 8, 16, 8)])
+def test_batch_length_is_the_longest_sample_rounded_up_and_capped(longest, multiple, cap, expected):
+    assert trainlib.padded_length(longest, multiple, cap) == expected
+
+
+class _Solo:
+    """A single-process Dist without a process group."""
+
+    rank, world_size, local_rank, device, is_main, is_local_main = 0, 1, 0, torch.device("cpu"), True, True
+
+
+def test_staged_save_blocks_the_loop_only_until_the_host_copy_is_taken(tmp_path, capsys):
+    writer = trainlib.CheckpointWriter(_Solo(), str(tmp_path), asynchronous=True)  # pyright: ignore[reportArgumentType]
+    staged: Future = Future()
+    written: Future = Future()
+    t0 = time.perf_counter()
+    writer.save(5, {"epoch": 0, "world_size": 1, "loss": 1.0}, lambda tmp: (staged, written))
+    assert time.perf_counter() - t0 < 0.5  # save itself returns while both are still running
+    threading.Timer(0.3, staged.set_result, args=(None,)).start()
+    t1 = time.perf_counter()
+    writer.wait_staged()  # the loop waits here, before its optimizer step
+    assert time.perf_counter() - t1 >= 0.25
+    writer.wait_staged()  # once taken, no further wait
+    assert not (tmp_path / "step-00000005").exists()  # not complete before the write is
+    threading.Timer(0.3, written.set_result, args=(None,)).start()
+    writer.close()
+    assert (tmp_path / "step-00000005" / "meta.json").is_file()
+    event = next(line for line in capsys.readouterr().out.splitlines() if '"checkpoint"' in line)
+    fields = __import__("json").loads(event.split(" ", 1)[1])
+    assert 0.25 <= fields["ckpt_stall_s"] < 0.6  # the staging wait counts as stall, the write does not
+    assert fields["ckpt_total_s"] >= 0.55
+
+
+def test_a_failed_staging_fails_the_save(tmp_path):
+    writer = trainlib.CheckpointWriter(_Solo(), str(tmp_path), asynchronous=True)  # pyright: ignore[reportArgumentType]
+    staged: Future = Future()
+    written: Future = Future()
+    writer.save(3, {"epoch": 0, "world_size": 1, "loss": 1.0}, lambda tmp: (staged, written))
+    staged.set_exception(OSError("no memory to pin"))
+    with pytest.raises(OSError, match="no memory to pin"):
+        writer.wait_staged()
+    written.set_exception(OSError("no memory to pin"))  # the upload waits for the staging (dcp async_save)
+    with pytest.raises(OSError, match="no memory to pin"):
+        writer.close()
+    assert not (tmp_path / "step-00000003").exists()
+
+
+TINY = ["--synthetic", "--init", "random", "--model-config", "tiny", "--batch-size", "4", "--source-len", "64", "--target-len", "16", "--synthetic-samples", "128", "--epochs", "1", "--max-steps", "8", "--log-every", "4"]
+
+
+@pytest.mark.slow
+def test_bucketed_run_computes_less_padding_and_reports_its_loop_times(tmp_path):
+    bucketed = run_program("fsdp_t5.py", [*TINY, "--pad-multiple", "8", "--checkpoint-every", "4", "--report-step-times", "--trace-dir", str(tmp_path / "prof"), "--trace-steps", "2"], nproc=2)
+    padded = run_program("fsdp_t5.py", [*TINY, "--padding", "full", "--checkpoint-every", "100"], nproc=2)
+    b, p = bucketed["result"], padded["result"]
+    # the synthetic sources are 16-64 tokens: a full-length batch is about 40 % padding
+    assert p["useful_fraction"] < 0.7 < 0.8 < b["useful_fraction"] <= 1.0
+    assert b["first_step"] == 0 and len(b["loop_times_s"]) == 8 and all(t > 0 for t in b["loop_times_s"])
+    assert "loop_times_s" not in p
+    assert statistics.fmean(b["loop_times_s"]) >= b["step_time_s"] * 0.5
+    top = (tmp_path / "prof" / "top_ops.txt").read_text()
+    assert "aten::mm" in top or "aten::addmm" in top  # the profile names the operators
+    assert (tmp_path / "prof" / "trace.json").stat().st_size > 1000
+
+
+# fsdp_t5.py's options before the efficiency flags: a stack's extraArgs may abbreviate any of them
+# (argparse accepts a unique prefix), so a new option must not make such a prefix ambiguous
+EARLIER_OPTIONS = (
+    "--model --model-dir --dataset-dir --split --text-column --summary-column --source-prefix --max-samples --init --model-config --epochs --batch-size "
+    "--grad-accum --lr --source-len --target-len --synthetic --synthetic-samples --checkpoint-dir --checkpoint-every --checkpoint-mode --max-steps --seed "
+    "--activation-checkpointing --precision --wrap --no-mask-pad --compile --log-every"
+).split()
+
+
+def test_abbreviations_of_earlier_options_still_resolve():
+    import fsdp_t5
+
+    parser_opts = [o for a in fsdp_t5.build_parser()._actions for o in a.option_strings if o.startswith("--")]
+    for option in EARLIER_OPTIONS:
+        for n in range(4, len(option) + 1):
+            prefix = option[:n]
+            if sum(o.startswith(prefix) for o in EARLIER_OPTIONS) == 1:  # resolved to this option before
+                matches = [o for o in parser_opts if o.startswith(prefix)]
+                assert matches == [option] or option in matches and prefix == option, (prefix, matches)
