@@ -147,3 +147,44 @@ def test_abbreviations_of_earlier_options_still_resolve():
             if sum(o.startswith(prefix) for o in EARLIER_OPTIONS) == 1:  # resolved to this option before
                 matches = [o for o in parser_opts if o.startswith(prefix)]
                 assert matches == [option] or option in matches and prefix == option, (prefix, matches)
+
+
+def test_compiled_blocks_keep_the_checkpoint_keys():
+    """torch.compile wraps a block in an OptimizedModule (``_orig_mod``); the distributed state dict
+    strips that (torch/distributed/checkpoint/state_dict.py ``_get_fqns``), so a run with --compile
+    resumes from a run without it and the other way round."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    import fsdp_t5
+    import t5_model
+
+    def build():
+        m = t5_model.T5Model(t5_model.T5Settings(**fsdp_t5.T5_CONFIGS["tiny"]))
+        t5_model.init_weights(m, seed=0)
+        return m
+
+    plain, compiled = build(), build()
+    for stack in fsdp_t5.block_lists(compiled):
+        for i, block in enumerate(stack):
+            stack[i] = torch.compile(block)  # as fsdp_t5.shard does; nothing compiles until a block runs
+    assert any("_orig_mod" in k for k in compiled.state_dict())
+    assert get_model_state_dict(compiled).keys() == get_model_state_dict(plain).keys()
+
+
+@pytest.mark.slow
+def test_a_checkpoint_of_the_hugging_face_model_resumes_with_it(tmp_path):
+    """Checkpoints written before the native model (no "impl" in meta.json) hold Hugging Face's
+    weight names: a restarted job continues with that implementation instead of failing to load."""
+    import json
+
+    ckpt = str(tmp_path / "ckpt")
+    first = run_program("fsdp_t5.py", [*TINY, "--impl", "hf", "--max-steps", "4", "--checkpoint-every", "4", "--checkpoint-dir", ckpt], nproc=2)
+    assert first["result"]["final_step"] == 4
+    meta_path = tmp_path / "ckpt" / "step-00000004" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    assert meta["impl"] == "hf"
+    del meta["impl"]  # as the previous release wrote it
+    meta_path.write_text(json.dumps(meta))
+    second = run_program("fsdp_t5.py", [*TINY, "--max-steps", "8", "--checkpoint-every", "4", "--checkpoint-dir", ckpt], nproc=2)  # --impl native by default
+    assert second["result"]["resumed_from_step"] == 4 and second["result"]["final_step"] == 8
+    assert json.loads((tmp_path / "ckpt" / "step-00000008" / "meta.json").read_text())["impl"] == "hf"
