@@ -57,6 +57,7 @@ T5_CONFIGS: dict[str, dict[str, Any]] = {
 }
 PAD_ID = 0
 IGNORE = -100
+LEGACY = "hf-legacy"  # what a checkpoint without "impl" in its meta.json holds
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -321,14 +322,20 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     d = trainlib.setup()
     bf16 = args.precision == "bf16" or (args.precision == "auto" and d.device.type == "cuda")
-    found = trainlib.latest_checkpoint(args.checkpoint_dir)
-    written_by = found[1].get("impl", "hf") if found else args.impl  # checkpoints before --impl hold Hugging Face's T5
+    # the two implementations name and fuse their weights differently: a job resumes with the one
+    # its checkpoint holds, decided on rank 0 for every rank (all must build the same model)
+    found = trainlib.latest_checkpoint(args.checkpoint_dir) if d.is_main else None
+    written_by = trainlib.broadcast_object((found[1].get("impl", LEGACY) if found else args.impl), d)
     if written_by != args.impl:
-        # the two implementations name and fuse their weights differently: a job resumes with the
-        # one its checkpoint holds, so a restart across a platform upgrade continues the same run
-        trainlib.log(d, f"fsdp-t5: {found[0] if found else ''} holds the {written_by} T5; continuing with --impl {written_by}")
-        args.impl = written_by
-        args.attention = "sdpa" if written_by == "hf" else args.attention
+        trainlib.log(d, f"fsdp-t5: the newest checkpoint holds the {written_by} T5; continuing with it")
+        if written_by == LEGACY:
+            # the release before --impl: Hugging Face's T5, and a pretrained model trained as
+            # from_pretrained returned it, in eval mode (no dropout); the rest of the epoch follows
+            # this release's batch plan
+            args.dropout = 0.0 if args.init == "pretrained" and args.dropout is None else args.dropout
+        args.impl = "hf" if written_by == LEGACY else written_by
+        args.attention = "sdpa" if args.impl == "hf" else args.attention
+    checkpoint_impl = written_by  # what this run's checkpoints say they hold (a legacy run stays legacy)
     model = build_model(args, d)
     dataset = synthetic_dataset(args, vocab_size(model)) if args.synthetic else text_dataset(args, vocab_size(model))
     model.to(d.device)  # pyright: ignore[reportArgumentType]  # transformers wraps Module.to with functools.wraps, which pyright does not bind as a method
@@ -380,6 +387,10 @@ def main(argv=None) -> int:
 
     def save(at_step: int) -> None:
         def write(tmp):
+            if cuda:
+                # the stager copies on a stream of its own, which does not wait for this one: the
+                # optimizer step's kernels must have finished writing the state first
+                torch.cuda.current_stream(d.device).synchronize()
             msd, osd = get_state_dict(model, opt)
             if stager is None:
                 dcp_save({"model": msd, "optim": osd}, checkpoint_id=tmp)
@@ -388,13 +399,15 @@ def main(argv=None) -> int:
             pending = dcp_async_save({"model": msd, "optim": osd}, checkpoint_id=tmp, process_group=writer.group, async_stager=stager)
             return (pending.staging_completion, pending.upload_completion) if isinstance(pending, AsyncSaveResponse) else pending
 
-        writer.save(at_step, {"epoch": at_step // steps_per_epoch, "micro_batch_in_epoch": (at_step % steps_per_epoch) * args.grad_accum, "world_size": d.world_size, "loss": last_loss, "impl": args.impl}, write)
+        writer.save(at_step, {"epoch": at_step // steps_per_epoch, "micro_batch_in_epoch": (at_step % steps_per_epoch) * args.grad_accum, "world_size": d.world_size, "loss": last_loss, "impl": checkpoint_impl}, write)
 
     if d.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(d.device)
-    # loss sum over micro-batches, micro-batches, useful tokens, tokens computed (padding
-    # included): kept on the device so the step never waits for the GPU except where it is timed
-    window = torch.zeros(4, dtype=torch.float64, device=d.device)
+    # loss sum over micro-batches, micro-batches, useful tokens: kept on the device so the step
+    # never waits for the GPU except where it is timed; tokens computed (padding included) are
+    # known on the host (a tensor made from a host value would be a blocking copy per micro-batch)
+    window = torch.zeros(3, dtype=torch.float64, device=d.device)
+    computed_window = 0.0
     step_times: list[float] = []  # forward, backward and optimizer step
     loop_times: list[float] = []  # the whole iteration: checkpoint saves and waits included
     tokens_total = computed_total = 0.0
@@ -416,7 +429,8 @@ def main(argv=None) -> int:
                 logits = out if isinstance(out, torch.Tensor) else out.logits
                 loss = loss_fn(logits, labels) / args.grad_accum
                 loss.backward()
-                window += torch.stack([loss.detach().double() * args.grad_accum, torch.ones((), dtype=torch.float64, device=d.device), (mask.sum() + (tgt != PAD_ID).sum()).double(), torch.tensor(float(src.numel() + tgt.numel()), dtype=torch.float64, device=d.device)])
+                window += torch.stack([loss.detach().double() * args.grad_accum, torch.ones((), dtype=torch.float64, device=d.device), (mask.sum() + (tgt != PAD_ID).sum()).double()])
+                computed_window += src.numel() + tgt.numel()
             writer.wait_staged()  # a save's copy of the state must be taken before the step changes it
             opt.step()
             opt.zero_grad(set_to_none=True)
@@ -427,7 +441,7 @@ def main(argv=None) -> int:
             trainlib.fault_point(step)
             writer.poll()
             if step % args.log_every == 0 or step % args.checkpoint_every == 0 or step == total_steps or step % steps_per_epoch == 0:
-                loss_sum, micro_batches, tokens, computed = trainlib.all_reduce_sum(window.tolist(), d.device)
+                loss_sum, micro_batches, tokens, computed = trainlib.all_reduce_sum([*window.tolist(), computed_window], d.device)
                 last_loss = loss_sum / max(micro_batches, 1)
                 tokens_total += tokens
                 computed_total += computed
@@ -439,6 +453,7 @@ def main(argv=None) -> int:
                     step_time_s=round(window_s / logged, 5), memory_gib=round(trainlib.memory_gib(d), 3),
                 )
                 window.zero_()
+                computed_window = 0.0
             if step % args.checkpoint_every == 0 or step % steps_per_epoch == 0:
                 save(step)
             loop_times.append(time.perf_counter() - t0)

@@ -178,21 +178,24 @@ class FlexMask:
     table: torch.Tensor | None = None
 
 
-_compiled_flex = None
+_compiled_flex: dict[bool, object] = {}
 
 
-def _flex() -> object:
-    """``torch.compile(flex_attention)``, made once per process on first use.
+def _flex(dynamic: bool) -> object:
+    """``torch.compile(flex_attention)``, made once per process and mode.
 
     Eager ``flex_attention`` materialises the full score matrix (torch flex_attention docs); compiled
     it is a fused Triton kernel on CUDA, or inductor's C++ template on CPU (forward only there).
-    Default ``dynamic``: the first shape compiles static, a second length recompiles with dynamic
-    sequence lengths (length-bucketed batches would otherwise exhaust the recompile limit).
+    On CUDA it is compiled for dynamic lengths from the start: every call of the model shares one
+    compiled function, whose cache (``torch._dynamo.config.recompile_limit``, 8) the three
+    mask / score_mod variants would nearly fill compiling each length first static, then dynamic,
+    with length-bucketed batches; past the limit it would silently run eager. On CPU the default
+    (static first): torch 2.13's CPU template fails to compile the dynamic variant of a captured
+    buffer (``cur_kvSplitSize2`` undeclared), so a CPU run keeps to one length per process.
     """
-    global _compiled_flex
-    if _compiled_flex is None:
-        _compiled_flex = torch.compile(flex_attention)
-    return _compiled_flex
+    if dynamic not in _compiled_flex:
+        _compiled_flex[dynamic] = torch.compile(flex_attention, dynamic=True if dynamic else None)
+    return _compiled_flex[dynamic]
 
 
 def _bias_score_mod(bucket: torch.Tensor, table: torch.Tensor):
@@ -217,7 +220,7 @@ def _flex_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Fle
     if q.device.type == "cpu" and torch.is_grad_enabled() and (q.requires_grad or (mask.table is not None and mask.table.requires_grad)):
         raise NotImplementedError("FlexAttention has no backward on CPU in torch 2.13: train with attention='sdpa' there, or run under torch.no_grad()")
     score_mod = _bias_score_mod(mask.bucket, mask.table) if mask.bucket is not None and mask.table is not None else None
-    out = _flex()(q, k, v, score_mod=score_mod, block_mask=mask.block_mask, scale=1.0)  # type: ignore[operator]
+    out = _flex(q.is_cuda)(q, k, v, score_mod=score_mod, block_mask=mask.block_mask, scale=1.0)  # type: ignore[operator]
     assert isinstance(out, torch.Tensor)
     return out
 
@@ -548,7 +551,7 @@ class T5Model(nn.Module):
         if kind not in ATTENTION_KINDS:
             raise ValueError(f"attention {kind!r} is not one of {', '.join(ATTENTION_KINDS)}")
         if kind == "flex":
-            _flex()  # made here, not first inside a compiled block's trace
+            _flex(True), _flex(False)  # made here, not first inside a compiled block's trace
         self._attention = kind
 
     @property

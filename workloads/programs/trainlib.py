@@ -103,6 +103,15 @@ def all_reduce_max(value: float, device: torch.device) -> float:
     return t.item()
 
 
+def broadcast_object(value, d: Dist):
+    """Rank 0's ``value`` on every rank (a decision every rank must take alike)."""
+    if not dist.is_initialized():
+        return value
+    holder = [value if d.is_main else None]
+    dist.broadcast_object_list(holder, src=0, device=d.device if d.device.type == "cuda" else None)
+    return holder[0]
+
+
 def log(d: Dist, message: str) -> None:
     """One line from the whole job (rank 0), flushed."""
     if d.is_main:
@@ -432,7 +441,8 @@ def fault_point(step: int) -> None:
 
 def fault_in_async_save(step: int) -> None:
     """With TRAINING_FAULT_IN_ASYNC_SAVE=K, the node dies right after the asynchronous save of
-    step K has started (state copied to host) and before it can complete. Unset in normal runs."""
+    step K has started (its copy to host memory under way or taken) and before it can complete.
+    Unset in normal runs."""
     target = os.environ.get(FAULT_ASYNC_SAVE_ENV)
     if target and int(target) == step:
         _kill_node(f"during the asynchronous save of step {step}")
