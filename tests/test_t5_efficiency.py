@@ -153,10 +153,9 @@ def test_compiled_blocks_keep_the_checkpoint_keys():
     """torch.compile wraps a block in an OptimizedModule (``_orig_mod``); the distributed state dict
     strips that (torch/distributed/checkpoint/state_dict.py ``_get_fqns``), so a run with --compile
     resumes from a run without it and the other way round."""
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict
-
     import fsdp_t5
     import t5_model
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
     def build():
         m = t5_model.T5Model(t5_model.T5Settings(**fsdp_t5.T5_CONFIGS["tiny"]))

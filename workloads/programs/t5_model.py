@@ -551,7 +551,8 @@ class T5Model(nn.Module):
         if kind not in ATTENTION_KINDS:
             raise ValueError(f"attention {kind!r} is not one of {', '.join(ATTENTION_KINDS)}")
         if kind == "flex":
-            _flex(True), _flex(False)  # made here, not first inside a compiled block's trace
+            for dynamic in (True, False):  # made here, not first inside a compiled block's trace
+                _flex(dynamic)
         self._attention = kind
 
     @property
