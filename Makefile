@@ -6,7 +6,7 @@ STACK  ?= dev
 JOB    ?= ddp
 EMULATE_ARGS ?=
 
-.PHONY: venv venv-tf render validate test emulate bench lint policy clean image docs schema golden dashboard-preview
+.PHONY: venv venv-tf render validate test emulate bench bench-gpu lint policy clean image docs schema golden dashboard-preview
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,9 +45,17 @@ test: venv
 emulate: venv $(if $(filter tf,$(JOB)),venv-tf)
 	$(PY) -m tools.emulate --stack $(STACK) --job $(JOB) $(if $(filter tf,$(JOB)),--python $(VENV_TF)/bin/python) $(EMULATE_ARGS)
 
-## bench: CPU benchmarks (training throughput, render time, checkpoint cost)
+## bench: CPU benchmarks (training throughput, render time, checkpoint cost, ours against the workshop's approach)
 bench: venv
 	$(PY) -m bench.run_all
+
+## bench-gpu: on a GPU host, the GPU figures: ours against the workshop's approach in one run with the
+## top kernels of a profile, the FSDP variants, the checkpoint cost; each also saved in bench/results/
+RESULTS := bench/results/gpu-$(shell date +%F)
+bench-gpu: venv
+	bash -o pipefail -c '$(PY) -m bench.efficiency --gpu --profile --json $(RESULTS)-efficiency.json | tee $(RESULTS)-efficiency.txt'
+	bash -o pipefail -c '$(PY) -m bench.train --gpu --json $(RESULTS)-variants.json | tee $(RESULTS)-variants.txt'
+	bash -o pipefail -c '$(PY) -m bench.checkpoint --gpu | tee $(RESULTS)-checkpoint.txt'
 
 ## lint: ruff and pyright on the code, the policy rules on the plan, checkov on the rendered manifests
 lint: venv render
