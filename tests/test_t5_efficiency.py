@@ -203,3 +203,15 @@ def test_compiled_blocks_train_like_eager_ones_and_their_checkpoint_resumes_unco
     assert len(losses[0]) == 2 and losses[0] == pytest.approx(losses[1], rel=1e-3)
     resumed = run_program("fsdp_t5.py", [*TINY, "--max-steps", "8", "--checkpoint-every", "4", "--checkpoint-dir", compiled_dir], nproc=2)
     assert resumed["result"]["resumed_from_step"] == 6 and resumed["result"]["final_step"] == 8
+
+
+@pytest.mark.slow
+def test_native_model_trains_in_bf16_mixed_precision_as_on_a_gpu(tmp_path):
+    """The GPU path's dtypes on CPU: FSDP2 bf16 parameters with fp32 reduction, the attention mask
+    in the activations' dtype, the loss in fp32; it tracks the fp32 run to bf16 rounding."""
+    short = [*TINY, "--max-steps", "4", "--log-every", "2", "--checkpoint-every", "100", "--dropout", "0"]
+    bf16 = run_program("fsdp_t5.py", [*short, "--precision", "bf16"], nproc=2)
+    fp32 = run_program("fsdp_t5.py", [*short, "--precision", "fp32"], nproc=2)
+    assert bf16["result"]["precision"] == "bf16"
+    losses = [[e["loss"] for e in r["events"] if e["event"] == "step"] for r in (bf16, fp32)]
+    assert len(losses[0]) == 2 and losses[0] == pytest.approx(losses[1], rel=2e-2)
