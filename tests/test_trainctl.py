@@ -421,6 +421,7 @@ total = torch.tensor([1.0])
 dist.all_reduce(total)
 assert total.item() == dist.get_world_size(), total
 print(f"rank {dist.get_rank()} of {dist.get_world_size()} done", flush=True)
+dist.barrier()  # gloo: a rank that tears down while its peer still talks can make the peer exit 1
 dist.destroy_process_group()
 """
 
