@@ -31,6 +31,7 @@ def measure(model_config: str, nproc: int, batch: int, source_len: int, target_l
         restore = next(e["seconds"] for e in second["events"] if e["event"] == "resumed")
     return {
         "model": model_config, "mode": mode, "processes": nproc, "step s": first["result"]["step_time_s"],
+        "first stall s": saves[0]["ckpt_stall_s"],  # async: the first save allocates the reused host buffers
         "stall s (median)": statistics.median(e["ckpt_stall_s"] for e in saves), "total s (median)": statistics.median(e["ckpt_total_s"] for e in saves),
         "restore s": restore, "size MiB": round(size / 2**20, 1),
     }
