@@ -6,18 +6,21 @@
 
 Both programs train on the same data: the FSDP program's synthetic sequences (seeded; sources
 of 1/4 to the whole --source-len, targets likewise), from the same random initialisation, with the
-same micro-batch. "ours" is the program as the platform runs it (native T5 with fused attention,
+same micro-batch. "ours" is the program with the defaults the platform runs it with (native T5,
 FSDP2 per block, pads masked, length-bucketed batches, asynchronous checkpoints every
---checkpoint-every steps, torch.compile per block on a GPU); "workshop" is the workshop sample's
-approach (Hugging Face T5, the whole model one FSDP unit, pads in the loss, every batch at full
-length, no checkpoints: that only flatters it).
+--checkpoint-every steps); on a GPU a second row adds the opt-in torch.compile per block
+(``--compile``). "workshop" is the workshop sample's approach (Hugging Face T5, the whole model one
+FSDP unit, pads in the loss, every batch at full length, no checkpoints: that only flatters it).
 
-Figures, over the steps after --warmup (compilation excluded), from each step's loop time
-(forward, backward, optimizer step, and the checkpoint stall):
+Figures, over the steps after --warmup (the first compilations fall there; a new batch length
+may still recompile later, and that time counts), from each step's loop time (forward, backward,
+optimizer step, and the checkpoint stall):
   useful tokens/s   non-pad source + target tokens per second
   MFU               useful training FLOPs per second (bench/flops.py, counted per sample from its
                     own lengths) over the device's dense bf16 peak; n/a on a CPU
-  HFU               the same with the FLOPs of the padded batches the hardware computed
+  HFU               the same with the FLOPs of the padded batches the hardware computed (no
+                    activation-checkpointing recompute counted)
+  padding %         the share of the computed FLOPs spent on padding
   ratio             ours / workshop
 and for ours the checkpoint stall (time the loop was blocked per save) and total save time.
 """
@@ -30,54 +33,45 @@ import json
 import statistics
 import sys
 import tempfile
-import types
 
 from bench.common import PROGRAMS, run_program, table
 from bench.flops import mfu, peak_tflops, t5_train_flops_for
 
 sys.path.insert(0, str(PROGRAMS))
 import trainlib  # noqa: E402
-from fsdp_t5 import PAD_ID, T5_CONFIGS, Profiler, synthetic_dataset  # noqa: E402
+from fsdp_t5 import PAD_ID, T5_CONFIGS, Profiler, build_parser, synthetic_dataset  # noqa: E402
 
 OURS = ["--impl", "native", "--padding", "bucketed"]
 WORKSHOP = ["--impl", "hf", "--wrap", "root", "--no-mask-pad", "--padding", "full"]
 PROFILED_UNTIL = Profiler.WARMUP + 3 + 1  # the profiler waits, records 3 steps (--trace-steps default), exports in the next
-DEFAULTS = {"bucket_window": 64, "pad_multiple": 16, "seed": 1234}  # fsdp_t5.py's defaults, which both runs keep
-
-
-def step_plan(cfg: dict, *, samples: int, batch: int, nproc: int, source_len: int, target_len: int, bucketed: bool, steps: int) -> list[tuple[float, float, int]]:
-    """(useful FLOPs, computed FLOPs, useful tokens) of each step of a run, replayed from the
-    program's own batch plan (trainlib.epoch_batches) over the same synthetic data."""
-    data = types.SimpleNamespace(seed=DEFAULTS["seed"], synthetic_samples=samples, source_len=source_len, target_len=target_len)
-    src, mask, tgt = synthetic_dataset(data, cfg["vocab_size"]).tensors
+def step_plan(run: argparse.Namespace, nproc: int) -> list[tuple[float, float, int, int]]:
+    """(useful FLOPs, computed FLOPs, useful tokens, rank 0's useful tokens) of each step of a run,
+    replayed from the program's own batch plan (trainlib.epoch_batches) over the same synthetic
+    data, with the run's own arguments as the program parses them (``fsdp_t5.build_parser``)."""
+    cfg = T5_CONFIGS[run.model_config]
+    src, mask, tgt = synthetic_dataset(run, cfg["vocab_size"]).tensors
     lengths = list(zip(mask.sum(1).tolist(), (tgt != PAD_ID).sum(1).tolist(), strict=True))
-    window = DEFAULTS["bucket_window"] if bucketed else 0
-    plan = trainlib.epoch_batches(lengths, global_batch=batch * nproc, seed=DEFAULTS["seed"], epoch=0, bucket_window=window, granularity=DEFAULTS["pad_multiple"])
+    bucketed = run.padding == "bucketed"
+    plan = trainlib.epoch_batches(lengths, global_batch=run.batch_size * nproc, seed=run.seed, epoch=0, bucket_window=run.bucket_window if bucketed else 0, granularity=run.pad_multiple)
     out = []
-    for indices in plan[:steps]:
-        useful = [lengths[i] for i in indices]
-        if bucketed:
-            s_len = trainlib.padded_length(max(s for s, _ in useful), DEFAULTS["pad_multiple"], source_len)
-            t_len = trainlib.padded_length(max(t for _, t in useful), DEFAULTS["pad_multiple"], target_len)
-        else:
-            s_len, t_len = source_len, target_len
-        out.append((t5_train_flops_for(cfg, useful), t5_train_flops_for(cfg, [(s_len, t_len)] * len(useful)), sum(s + t for s, t in useful)))
+    for step in range(min(run.max_steps, len(plan) // run.grad_accum)):
+        useful_flops = computed_flops = 0.0
+        tokens = rank0 = 0
+        for indices in plan[step * run.grad_accum : (step + 1) * run.grad_accum]:
+            useful = [lengths[i] for i in indices]
+            s_len, t_len = run.source_len, run.target_len
+            if bucketed:
+                s_len = trainlib.padded_length(max(s for s, _ in useful), run.pad_multiple, run.source_len)
+                t_len = trainlib.padded_length(max(t for _, t in useful), run.pad_multiple, run.target_len)
+            useful_flops += t5_train_flops_for(cfg, useful)
+            computed_flops += t5_train_flops_for(cfg, [(s_len, t_len)] * len(useful))
+            tokens += sum(s + t for s, t in useful)
+            rank0 += sum(s + t for s, t in useful[: run.batch_size])
+        out.append((useful_flops, computed_flops, tokens, rank0))
     return out
 
 
-def option(args: list[str], name: str, default: str) -> str:
-    """The value argparse gives option ``name`` in ``args`` (the last one wins)."""
-    value = default
-    for i, arg in enumerate(args):
-        if arg == name and i + 1 < len(args):
-            value = args[i + 1]
-        elif arg.startswith(name + "="):
-            value = arg.split("=", 1)[1]
-    return value
-
-
 def measure(name: str, extra: list[str], *, model: str, batch: int, nproc: int, source_len: int, target_len: int, steps: int, warmup: int, peak: float | None) -> dict:
-    cfg = T5_CONFIGS[model]
     samples = batch * nproc * (steps + 1)
     args = [
         "--synthetic", "--init", "random", "--model-config", model, "--batch-size", str(batch), "--source-len", str(source_len), "--target-len", str(target_len),
@@ -85,9 +79,9 @@ def measure(name: str, extra: list[str], *, model: str, batch: int, nproc: int, 
     ]
     run = run_program("fsdp_t5.py", args, nproc=nproc, timeout=3600)
     r = run["result"]
-    plan = step_plan(cfg, samples=samples, batch=batch, nproc=nproc, source_len=source_len, target_len=target_len, bucketed=option(extra, "--padding", "bucketed") == "bucketed", steps=steps)
-    if abs(sum(p[2] for p in plan) - r["useful_tokens"]) > 0.5:
-        raise RuntimeError(f"{name}: the replayed batch plan has {sum(p[2] for p in plan)} useful tokens, the run {r['useful_tokens']}")
+    plan = step_plan(build_parser().parse_args(args), nproc)
+    if [p[3] for p in plan] != r["rank0_step_tokens"] or abs(sum(p[2] for p in plan) - r["useful_tokens"]) > 0.5:
+        raise RuntimeError(f"{name}: the replayed batch plan does not match the run's useful tokens per step")
     times = r["loop_times_s"][warmup:]
     timed = plan[warmup : warmup + len(times)]
     seconds = sum(times)
@@ -118,8 +112,8 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, help="steps left out of the figures (default: 10 on a GPU, 3 on CPU)")
     ap.add_argument("--checkpoint-every", type=int, help="ours saves every N steps (default: 15 on a GPU, 4 on CPU)")
     ap.add_argument("--ours", nargs=argparse.REMAINDER, default=[], help="extra arguments for ours (last on the line)")
-    ap.add_argument("--no-compile", action="store_true", help="GPU: leave torch.compile out of ours")
-    ap.add_argument("--profile", action="store_true", help="also profile a few of our steps and print the top kernels")
+    ap.add_argument("--no-compile", action="store_true", help="GPU: leave out the row of ours with torch.compile per block (--compile, opt-in in the program)")
+    ap.add_argument("--profile", action="store_true", help="also profile a few of our steps and print the top operators (kernels on a GPU)")
     ap.add_argument("--json", help="also write the rows here")
     args = ap.parse_args(argv)
     gpu = args.gpu
@@ -141,17 +135,22 @@ def main(argv=None) -> int:
     common = {"model": model, "batch": batch, "nproc": nproc, "source_len": source_len, "target_len": target_len, "steps": steps, "warmup": warmup, "peak": peak}
     print(f"{device}; peak {peak or 'n/a'} TFLOP/s; {model}, {source_len}->{target_len} tokens, batch {batch} x {nproc} processes, {steps} steps ({warmup} warm-up); {datetime.date.today()}")
     with tempfile.TemporaryDirectory() as tmp:
-        ours = OURS + ["--checkpoint-every", str(every), "--checkpoint-dir", f"{tmp}/ours"] + (["--compile"] if gpu and not args.no_compile else [])
-        if args.profile:
-            ours += ["--trace-dir", f"{tmp}/profile"]
-        rows = [measure("ours", ours + args.ours, **common), measure("workshop", WORKSHOP + ["--checkpoint-every", "100000", "--checkpoint-dir", f"{tmp}/workshop"], **common)]
+        def ours(name: str, *extra: str) -> list[str]:
+            return [*OURS, "--checkpoint-every", str(every), "--checkpoint-dir", f"{tmp}/{name}", *extra, *args.ours]
+
+        rows = [measure("ours", ours("ours", *(["--trace-dir", f"{tmp}/profile"] if args.profile else [])), **common)]
         if args.profile:
             print(open(f"{tmp}/profile/top_ops.txt").read())
-    ours_row, workshop_row = rows
+        if gpu and not args.no_compile:
+            rows.append(measure("ours + torch.compile", ours("ours-compiled", "--compile"), **common))
+        rows.append(measure("workshop", WORKSHOP + ["--checkpoint-every", "100000", "--checkpoint-dir", f"{tmp}/workshop"], **common))
+    *ours_rows, workshop_row = rows
     # (the rows' final loss stays in --json only: the workshop's counts pad targets, which are easy
     # to predict, so the two losses are not comparable)
     print(table(rows, ["program", "useful tok/s", "step s (mean)", "MFU %", "HFU %", "useful TFLOP/s", "padding %", "peak GiB"]))
-    print(f"ours / workshop: useful tokens/s {ours_row['useful tok/s'] / workshop_row['useful tok/s']:.2f}x" + (f", MFU {ours_row['MFU %']} % vs {workshop_row['MFU %']} %" if peak else ""))
+    for row in ours_rows:
+        print(f"{row['program']} / workshop: useful tokens/s {row['useful tok/s'] / workshop_row['useful tok/s']:.2f}x" + (f", MFU {row['MFU %']} % vs {workshop_row['MFU %']} %" if peak else ""))
+    ours_row = ours_rows[0]
     if "saves" in ours_row:
         print(
             f"checkpoints (ours, every {every} steps, {ours_row['saves']} saves): stall {ours_row['stall s (median)']} s median "

@@ -5,7 +5,6 @@ per-step figures the efficiency benchmark reads."""
 
 from __future__ import annotations
 
-import statistics
 import sys
 import threading
 import time
@@ -78,9 +77,8 @@ def test_staged_save_blocks_the_loop_only_until_the_host_copy_is_taken(tmp_path,
     writer = trainlib.CheckpointWriter(_Solo(), str(tmp_path), asynchronous=True)  # pyright: ignore[reportArgumentType]
     staged: Future = Future()
     written: Future = Future()
-    t0 = time.perf_counter()
     writer.save(5, {"epoch": 0, "world_size": 1, "loss": 1.0}, lambda tmp: (staged, written))
-    assert time.perf_counter() - t0 < 0.5  # save itself returns while both are still running
+    assert not staged.done() and not written.done()  # save returned while both still run
     threading.Timer(0.3, staged.set_result, args=(None,)).start()
     t1 = time.perf_counter()
     writer.wait_staged()  # the loop waits here, before its optimizer step
@@ -92,8 +90,8 @@ def test_staged_save_blocks_the_loop_only_until_the_host_copy_is_taken(tmp_path,
     assert (tmp_path / "step-00000005" / "meta.json").is_file()
     event = next(line for line in capsys.readouterr().out.splitlines() if '"checkpoint"' in line)
     fields = __import__("json").loads(event.split(" ", 1)[1])
-    assert 0.25 <= fields["ckpt_stall_s"] < 0.6  # the staging wait counts as stall, the write does not
-    assert fields["ckpt_total_s"] >= 0.55
+    # the staging wait counts as stall; the write, which ended 0.3 s later, does not
+    assert 0.25 <= fields["ckpt_stall_s"] < fields["ckpt_total_s"] - 0.2
 
 
 def test_a_failed_staging_fails_the_save(tmp_path):
@@ -119,10 +117,11 @@ def test_bucketed_run_computes_less_padding_and_reports_its_loop_times(tmp_path)
     padded = run_program("fsdp_t5.py", [*TINY, "--padding", "full", "--checkpoint-every", "100"], nproc=2)
     b, p = bucketed["result"], padded["result"]
     # the synthetic sources are 16-64 tokens: a full-length batch is about 40 % padding
-    assert p["useful_fraction"] < 0.7 < 0.8 < b["useful_fraction"] <= 1.0
-    assert b["first_step"] == 0 and len(b["loop_times_s"]) == 8 and all(t > 0 for t in b["loop_times_s"])
+    assert p["useful_fraction"] < 0.7 and b["useful_fraction"] > 0.8
+    assert b["first_step"] == 0 and len(b["loop_times_s"]) == len(b["rank0_step_tokens"]) == 8
     assert "loop_times_s" not in p
-    assert statistics.fmean(b["loop_times_s"]) >= b["step_time_s"] * 0.5
+    # rank 0's useful tokens per step: its share of the job's
+    assert 0 < sum(b["rank0_step_tokens"]) < b["useful_tokens"]
     top = (tmp_path / "prof" / "top_ops.txt").read_text()
     assert "aten::mm" in top or "aten::addmm" in top  # the profile names the operators
     assert (tmp_path / "prof" / "trace.json").stat().st_size > 1000
@@ -138,6 +137,8 @@ EARLIER_OPTIONS = (
 
 
 def test_abbreviations_of_earlier_options_still_resolve():
+    """Every prefix of two letters or more that named an earlier option still names it (one-letter
+    prefixes such as --p for --precision are not kept: --padding and --pad-multiple share it)."""
     import fsdp_t5
 
     parser_opts = [o for a in fsdp_t5.build_parser()._actions for o in a.option_strings if o.startswith("--")]
@@ -215,3 +216,25 @@ def test_native_model_trains_in_bf16_mixed_precision_as_on_a_gpu(tmp_path):
     assert bf16["result"]["precision"] == "bf16"
     losses = [[e["loss"] for e in r["events"] if e["event"] == "step"] for r in (bf16, fp32)]
     assert len(losses[0]) == 2 and losses[0] == pytest.approx(losses[1], rel=2e-2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("extra", [["--padding", "full"], ["--grad-accum", "2", "--pad-multiple", "8", "--seed", "5"]])
+def test_the_efficiency_bench_replays_the_runs_own_batch_plan(extra):
+    """bench.efficiency counts each step's FLOPs from the program's batch plan, replayed with the
+    run's own arguments; measure() refuses a replay whose per-step tokens differ from the run's."""
+    from bench import efficiency
+
+    row = efficiency.measure("t", ["--checkpoint-every", "100", *extra], model="tiny", batch=4, nproc=2, source_len=64, target_len=16, steps=4, warmup=1, peak=1e-4)  # a peak the tiny model can show
+    assert row["useful tok/s"] > 0 and 0 < row["MFU %"] < row["HFU %"]
+    assert (row["padding %"] > 30) == ("full" in extra)  # full-length batches of 16-64 token sources
+
+
+@pytest.mark.slow
+def test_the_efficiency_bench_refuses_a_replay_that_differs_from_the_run(monkeypatch):
+    from bench import efficiency
+
+    real = trainlib.epoch_batches
+    monkeypatch.setattr(efficiency.trainlib, "epoch_batches", lambda *a, **k: list(reversed(real(*a, **k))))
+    with pytest.raises(RuntimeError, match="does not match"):
+        efficiency.measure("t", ["--checkpoint-every", "100"], model="tiny", batch=4, nproc=2, source_len=64, target_len=16, steps=3, warmup=1, peak=None)

@@ -1,6 +1,8 @@
 """T5 sequence-to-sequence fine-tuning with FSDP2 under torchrun.
 
-``fully_shard`` per transformer block, then the root; bf16 mixed precision on GPU (fp32 gradient
+The model is the platform's own T5 (``t5_model.py``, ``--impl native``: the same model and weights
+as Hugging Face's, with fused projections and one attention mask per stack) or Hugging Face's
+``T5ForConditionalGeneration`` (``--impl hf``). ``fully_shard`` per transformer block, then the root; bf16 mixed precision on GPU (fp32 gradient
 reduction); optional activation checkpointing; pad tokens masked out of the loss (-100), the loss
 computed in fp32; gradient accumulation. The model (config, safetensors weights, tokenizer) and the
 dataset are read from local directories, ``--model-dir`` and ``--dataset-dir``: on the cluster the
@@ -14,7 +16,8 @@ generated token sequences with no data at all (benchmarks).
 Batches (``--padding bucketed``, the default): each run of ``--bucket-window`` global batches is
 sorted by length, so samples of similar lengths train together and each batch is cut to its longest
 sample (rounded up to ``--pad-multiple``); little of a step is spent on padding, which does no
-useful work. The batch order is a function of the seed and the epoch, the same on every rank.
+useful work. The batch order is a function of the seed and the epoch (at a given world size and
+batch size), the same on every rank.
 
 Sharded checkpoints with ``torch.distributed.checkpoint``; on start the newest complete one is
 restored. By default a save is asynchronous (``--checkpoint-mode async``): the state is copied to
@@ -103,9 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bucket-window", type=int, default=64, help="bucketed: global batches whose samples are sorted by length together")
     p.add_argument("--pad-multiple", type=int, default=16, help="bucketed: batch lengths rounded up to a multiple of this (fewer distinct shapes)")
     p.add_argument("--log-every", type=int, default=10)
-    p.add_argument("--trace-dir", help="profile --trace-steps steps after warm-up with torch.profiler; rank 0 writes a Chrome trace here and prints the top kernels")
+    p.add_argument("--trace-dir", help="profile --trace-steps steps after warm-up with torch.profiler; rank 0 writes a Chrome trace here and prints the top operators (kernels on a GPU)")
     p.add_argument("--trace-steps", type=int, default=3)
-    p.add_argument("--report-step-times", action="store_true", help="list every step's loop time (compute, checkpoint stall included) in the result event (benchmarks)")
+    p.add_argument(
+        "--report-step-times", action="store_true",
+        help="list every step's loop time (compute, checkpoint stall included) and rank 0's useful tokens per step in the result event (benchmarks)",
+    )
     return p
 
 
@@ -322,6 +328,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     d = trainlib.setup()
     bf16 = args.precision == "bf16" or (args.precision == "auto" and d.device.type == "cuda")
+    if args.attention == "flex" and d.device.type != "cuda":
+        trainlib.fail_config("--attention flex trains only on a GPU (torch's FlexAttention has no backward on CPU); use --attention sdpa")
     # the two implementations name and fuse their weights differently: a job resumes with the one
     # its checkpoint holds, decided on rank 0 for every rank (all must build the same model)
     found = trainlib.latest_checkpoint(args.checkpoint_dir) if d.is_main else None
@@ -410,6 +418,7 @@ def main(argv=None) -> int:
     computed_window = 0.0
     step_times: list[float] = []  # forward, backward and optimizer step
     loop_times: list[float] = []  # the whole iteration: checkpoint saves and waits included
+    step_tokens: list[int] = []  # --report-step-times: this rank's useful tokens per step
     tokens_total = computed_total = 0.0
     profiler = Profiler(args.trace_dir, args.trace_steps, d) if args.trace_dir else None
     t_train = time.perf_counter()
@@ -431,6 +440,9 @@ def main(argv=None) -> int:
                 loss.backward()
                 window += torch.stack([loss.detach().double() * args.grad_accum, torch.ones((), dtype=torch.float64, device=d.device), (mask.sum() + (tgt != PAD_ID).sum()).double()])
                 computed_window += src.numel() + tgt.numel()
+            if args.report_step_times:  # this rank's useful tokens, from the plan (no device sync)
+                mine = [i for m in range(args.grad_accum) for i in batches[step_in_epoch * args.grad_accum + m][d.rank * args.batch_size : (d.rank + 1) * args.batch_size]]
+                step_tokens.append(sum(lengths[i][0] + lengths[i][1] for i in mine))
             writer.wait_staged()  # a save's copy of the state must be taken before the step changes it
             opt.step()
             opt.zero_grad(set_to_none=True)
@@ -473,7 +485,7 @@ def main(argv=None) -> int:
         d, "result", final_step=step, final_loss=round(last_loss, 6), resumed_from_step=resumed_from,
         tokens_per_s=round(tokens_total / max(elapsed, 1e-9), 1), step_time_s=round(step_time, 5), peak_memory_gib=round(peak, 3),
         world_size=d.world_size, precision="bf16" if bf16 else "fp32", useful_tokens=tokens_total, useful_fraction=round(tokens_total / max(computed_total, 1.0), 4),
-        **({"loop_times_s": [round(t, 5) for t in loop_times], "first_step": step - len(loop_times)} if args.report_step_times else {}),
+        **({"loop_times_s": [round(t, 5) for t in loop_times], "rank0_step_tokens": step_tokens, "first_step": step - len(loop_times)} if args.report_step_times else {}),
     )
     trainlib.metric(
         d, "result", step=step, loss=round(last_loss, 6), tokens_per_s=round(tokens_total / max(elapsed, 1e-9), 1), step_time_s=round(step_time, 5), memory_gib=round(peak, 3)

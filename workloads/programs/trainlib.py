@@ -1,4 +1,4 @@
-"""Shared runtime for the training programs: process group, metrics, checkpoints.
+"""Shared runtime for the training programs: process group, metrics, batch plans, checkpoints.
 
 Shipped next to the programs in the code ConfigMap (flat files, imported by name). Works the
 same under torchrun on GPU nodes (NCCL) and on a laptop CPU (gloo).
