@@ -77,6 +77,8 @@ def gpu(args) -> list[dict]:
     if not args.skip_variants:
         chosen = {n: e for n, e in list(VARIANTS.items())[1:] if not args.only or any(o in n for o in args.only)}
         rows += fsdp_rows({f"{n}, batch {best_batch}": e for n, e in chosen.items()}, {**common, "batch": best_batch})
+        # activation checkpointing pays only if the memory it frees buys a larger micro-batch
+        rows += fsdp_rows({f"ours + activation checkpointing, batch {2 * best_batch}": ["--activation-checkpointing"]}, {**common, "batch": 2 * best_batch})
     for r in rows:
         r["vs ours"] = round(r["useful tok/s"] / best["useful tok/s"], 2) if isinstance(r.get("useful tok/s"), float) else ""
     print(table(rows, COLUMNS))
