@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 
-from bench.common import run_program, table
+from bench.common import checkpoint_figures, run_program, table
 
 
 def measure(model_config: str, nproc: int, batch: int, source_len: int, target_len: int, mode: str) -> dict:
@@ -31,9 +30,7 @@ def measure(model_config: str, nproc: int, batch: int, source_len: int, target_l
         restore = next(e["seconds"] for e in second["events"] if e["event"] == "resumed")
     return {
         "model": model_config, "mode": mode, "processes": nproc, "step s": first["result"]["step_time_s"],
-        "first stall s": saves[0]["ckpt_stall_s"],  # async: the first save allocates the reused host buffers
-        # medians over the later saves, as bench.efficiency reports them
-        "stall s (median)": round(statistics.median(e["ckpt_stall_s"] for e in saves[1:]), 4), "total s (median)": round(statistics.median(e["ckpt_total_s"] for e in saves[1:]), 4),
+        **dict(zip(("first stall s", "stall s (median)", "total s (median)"), checkpoint_figures(saves), strict=True)),
         "restore s": restore, "size MiB": round(size / 2**20, 1),
     }
 

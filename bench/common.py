@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -43,3 +44,10 @@ def table(rows: list[dict], columns: list[str]) -> str:
     for r in rows:
         out.append("  ".join(str(r.get(c, "")).ljust(widths[c]) for c in columns))
     return "\n".join(out)
+
+
+def checkpoint_figures(saves: list[dict]) -> tuple[float, float, float]:
+    """(first save's stall, median stall, median total) of a run's ``checkpoint`` events: the first
+    save allocates the reused host buffers, so the medians are over the later ones (all, if only one)."""
+    later = saves[1:] or saves
+    return saves[0]["ckpt_stall_s"], round(statistics.median(e["ckpt_stall_s"] for e in later), 4), round(statistics.median(e["ckpt_total_s"] for e in later), 4)

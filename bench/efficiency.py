@@ -30,11 +30,10 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import statistics
 import sys
 import tempfile
 
-from bench.common import PROGRAMS, run_program, table
+from bench.common import PROGRAMS, checkpoint_figures, run_program, table
 from bench.flops import mfu, peak_tflops, t5_train_flops_for
 
 sys.path.insert(0, str(PROGRAMS))
@@ -96,10 +95,7 @@ def measure(name: str, extra: list[str], *, model: str, batch: int, nproc: int, 
     saves = [e for e in run["events"] if e["event"] == "checkpoint"]
     if saves:
         row["saves"] = len(saves)
-        row["first stall s"] = saves[0]["ckpt_stall_s"]
-        later = saves[1:] or saves
-        row["stall s (median)"] = statistics.median(e["ckpt_stall_s"] for e in later)
-        row["save total s (median)"] = statistics.median(e["ckpt_total_s"] for e in later)
+        row["first stall s"], row["stall s (median)"], row["save total s (median)"] = checkpoint_figures(saves)
     return row
 
 

@@ -43,10 +43,13 @@ def fsdp_rows(variants: dict[str, list[str]], common: dict) -> list[dict]:
         except RuntimeError as err:
             row = {"program": name, "useful tok/s": f"failed: {str(err).splitlines()[0][:60]}"}
         rows.append({"variant": name, **{k: v for k, v in row.items() if k != "program"}})
-    base = next((r["useful tok/s"] for r in rows if isinstance(r.get("useful tok/s"), float)), None)
-    for r in rows:
-        r["vs ours"] = round(r["useful tok/s"] / base, 2) if base and isinstance(r.get("useful tok/s"), float) else ""
     return rows
+
+
+def compare(rows: list[dict], base: dict | None) -> None:
+    """Each measured row's "vs ours": its useful tokens/s over ``base``'s."""
+    for r in rows:
+        r["vs ours"] = round(r["useful tok/s"] / base["useful tok/s"], 2) if base and isinstance(r.get("useful tok/s"), float) else ""
 
 
 def cpu(args) -> list[dict]:
@@ -55,6 +58,7 @@ def cpu(args) -> list[dict]:
     variants = {n: e for n, e in VARIANTS.items() if args.compile and "compile" in n or not any(k in n for k in CPU_SKIP)}
     common = {"model": "t5-small", "batch": 4, "nproc": 2, "source_len": 64, "target_len": 16, "steps": args.steps or 10, "warmup": 3, "peak": None}
     rows = fsdp_rows(variants, common)
+    compare(rows, next((r for r in rows if isinstance(r.get("useful tok/s"), float)), None))  # the first that ran: ours
     print("FSDP T5-small (CPU, 2 processes, gloo, fp32, batch 4/process, 64->16 tokens); MFU n/a: no CPU peak")
     print(table(rows, COLUMNS))
     return [{"ddp_samples_per_s": ddp["samples_per_s"]}, *rows]
@@ -79,8 +83,7 @@ def gpu(args) -> list[dict]:
         rows += fsdp_rows({f"{n}, batch {best_batch}": e for n, e in chosen.items()}, {**common, "batch": best_batch})
         # activation checkpointing pays only if the memory it frees buys a larger micro-batch
         rows += fsdp_rows({f"ours + activation checkpointing, batch {2 * best_batch}": ["--activation-checkpointing"]}, {**common, "batch": 2 * best_batch})
-    for r in rows:
-        r["vs ours"] = round(r["useful tok/s"] / best["useful tok/s"], 2) if isinstance(r.get("useful tok/s"), float) else ""
+    compare(rows, best)
     print(table(rows, COLUMNS))
     return rows
 

@@ -154,7 +154,8 @@ def dashboard_body(*, cluster_name: str, region: str, training_namespaces: list[
             f"filter kubernetes.namespace_name = '{KARPENTER_NAMESPACE}' and log_processed.message = 'launched nodeclaim' | stats count(*) as launched by bin(5m)"
         )))
     for i, w in enumerate(widgets):
-        w.update({"x": (i % 2) * 12, "y": (i // 2) * 6, "width": 12, "height": 6})
+        half = DASHBOARD_GRID_WIDTH // 2  # two widgets a row
+        w.update({"x": (i % 2) * half, "y": (i // 2) * 6, "width": half, "height": 6})
     return {"widgets": widgets}
 
 
@@ -195,8 +196,7 @@ class CloudWatchObservability(pulumi.ComponentResource):
             # its agents need their credentials and find their log groups (with retention) in place
             opts=o(association, *self.log_groups, *cluster.node_groups.values()),
         )
-        namespaces = [settings.trainjobs.namespace, *(settings.tenants.namespace_of(t) for t in settings.tenants.teams())]
-        body = dashboard_body(cluster_name=cluster_name, region=settings.region, training_namespaces=namespaces, karpenter=settings.gpu_pool.mode == "karpenter")
+        body = dashboard_body(cluster_name=cluster_name, region=settings.region, training_namespaces=settings.training_namespaces(), karpenter=settings.gpu_pool.mode == "karpenter")
         self.dashboard = aws.cloudwatch.Dashboard(f"{name}-dashboard", dashboard_name=dashboard_name(cluster_name), dashboard_body=json.dumps(body, sort_keys=True), opts=o())
         self.register_outputs({"dashboard": dashboard_name(cluster_name), "logGroups": [log_group_name(cluster_name, k) for k in LOG_GROUP_KINDS]})
 

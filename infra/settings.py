@@ -29,10 +29,10 @@ from infra.config_schema import Bool, ConfigError, ConfigErrors, Float, Int, Sch
 _INSTANCE_TYPE_RE = re.compile(r"^([a-z]+)(\d+)([a-z-]*)\.(nano|micro|small|medium|large|\d*xlarge|metal(-\d+xl)?)$")
 _K8S_QUANTITY_RE = re.compile(r"^(\d+(\.\d+)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
 _CLUSTER_NAME_RE = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$")
-_DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _ARN_PRINCIPAL_RE = re.compile(r"^arn:aws[a-z-]*:(iam|sts)::\d{12}:(role|user|assumed-role)/[\w+=,.@/-]+$")
 _KMS_ARN_RE = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:(key|alias)/[\w/-]+$")
-_AZ_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
+AZ_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
 _DURATION_RE = re.compile(r"^(Never|(\d+(s|m|h))+)$")
 
 
@@ -125,7 +125,7 @@ _SUBNET_ID = _pattern(re.compile(r"^subnet-[0-9a-f]{8,17}$"), "subnet ids such a
 class NetworkSettings(Section):
     cidr: str = opt("10.0.0.0/16", "VPC CIDR block (new VPC only)", check=_cidr)
     az_count: Int = opt(2, "availability zones to spread subnets over (new VPC only)", check=_range(2, 6))
-    availability_zones: list[str] = opt([], "explicit AZ names; empty = the region's first azCount zones", check=_pattern(_AZ_RE, "AZ names such as us-west-2a"))
+    availability_zones: list[str] = opt([], "explicit AZ names; empty = the region's first azCount zones", check=_pattern(AZ_RE, "AZ names such as us-west-2a"))
     nat_gateways: str = opt("single", "one shared NAT gateway, or one per AZ", choices=("single", "perAz"))
     vpc_id: str | None = opt(None, "bring your own VPC: its id (then give the subnet ids)", check=_pattern(re.compile(r"^vpc-[0-9a-f]{8,17}$"), "a VPC id such as vpc-0abc12345def67890"))
     flow_log_retention_days: Int = opt(
@@ -300,7 +300,7 @@ class GpuPoolSettings(Section):
 
 class EfaSettings(Section):
     enabled: Bool = opt(False, "EFA device plugin and an EFA NodePool for multi-node jobs")
-    availability_zone: str | None = opt(None, "the one AZ EFA nodes run in (required when enabled): a zone of the cluster", check=_pattern(_AZ_RE, "an AZ name such as us-west-2a"))
+    availability_zone: str | None = opt(None, "the one AZ EFA nodes run in (required when enabled): a zone of the cluster", check=_pattern(AZ_RE, "an AZ name such as us-west-2a"))
     instance_types: list[str] = opt(["p5.48xlarge"], "EFA-capable instance types for the EFA pool", check=_IN_CATALOG)
 
     def problems(self, path: str) -> Iterator[ConfigError]:
@@ -393,7 +393,7 @@ class JobBase(Section):
     instance_type: str = opt("g5.xlarge", "GPU instance type of each node", check=_IN_CATALOG)
     gpus_per_node: Int | None = opt(None, "GPUs (processes) per node; unset = all GPUs of the type", check=_range(1))
     image: str | None = opt(None, "training image; unset = the image the stack builds from workloads/Dockerfile into its own ECR repository (docs/images.md)", check=_IMAGE_CHECK)
-    availability_zone: str | None = opt(None, "pin the job's nodes to one AZ (an EFA job: efa.availabilityZone)", check=_pattern(_AZ_RE, "an AZ name such as us-west-2a"))
+    availability_zone: str | None = opt(None, "pin the job's nodes to one AZ (an EFA job: efa.availabilityZone)", check=_pattern(AZ_RE, "an AZ name such as us-west-2a"))
     extra_args: list[str] = opt([], "extra command-line arguments for the training program (not the flags the platform sets: --epochs, --checkpoint-dir; DDP: --data-dir; FSDP: --model, --dataset-dir, --model-dir)")
     active_deadline_seconds: Int | None = opt(
         None, "runaway guard: the TrainJob fails (DeadlineExceeded) this many seconds after it starts; unset = no limit (Trainer v2.3.0 only: docs/runbook.md)", check=_range(1)
@@ -531,7 +531,7 @@ def system_namespaces() -> dict[str, str]:
 
 
 class TrainJobsSettings(Section):
-    namespace: str = opt("training", "namespace for TrainJobs, code and checkpoints (not a system namespace)", check=_pattern(_DNS_LABEL_RE, "a DNS label such as training"))
+    namespace: str = opt("training", "namespace for TrainJobs, code and checkpoints (not a system namespace)", check=_pattern(DNS_LABEL_RE, "a DNS label such as training"))
     checkpoint_storage: CheckpointStorageSettings = opt(CheckpointStorageSettings(), "checkpoint volume")
     ddp: DdpJobSettings = opt(DdpJobSettings(), "DDP MNIST job")
     fsdp: FsdpJobSettings = opt(FsdpJobSettings(), "FSDP T5 job")
@@ -573,7 +573,7 @@ class TenantSettings(Section):
     )
     cpu_quota: str | None = opt(None, "CPU the team may request; unset = what its GPUs bring on the pools' nodes (vCPUs per GPU of the largest ratio)", check=_quantity)
     memory_quota: str | None = opt(None, "memory the team may request; unset = what its GPUs bring on the pools' nodes", check=_quantity)
-    namespace: str | None = opt(None, "the team's namespace; unset = the team name", check=_pattern(_DNS_LABEL_RE, "a DNS label such as vision"))
+    namespace: str | None = opt(None, "the team's namespace; unset = the team name", check=_pattern(DNS_LABEL_RE, "a DNS label such as vision"))
     namespace_view_policy: Bool = opt(
         False, "also associate the AWS-managed AmazonEKSViewPolicy, scoped to the team's namespace: read access to every object there except Secrets (more than the team's Role grants)"
     )
@@ -593,7 +593,7 @@ class TenantsSettings(RootModel[dict[str, TenantSettings]]):
 
     def problems(self, path: str) -> Iterator[ConfigError]:
         for team, tenant in self.root.items():
-            if not _DNS_LABEL_RE.match(team):
+            if not DNS_LABEL_RE.match(team):
                 yield ConfigError(f"{path}.{team}", team, "a team name must be a DNS label (it names the team's Kubernetes objects and default namespace); allowed: lower-case letters, digits and '-', such as vision")
             yield from problems_of(tenant, f"{path}.{team}")
 
@@ -675,6 +675,10 @@ class Settings(StackConfig):
         zones = [self.efa.availability_zone] if self.efa.enabled and self.efa.availability_zone else []
         zones += [j.availability_zone for j in self.trainjobs.jobs().values() if j.availability_zone]
         return list(dict.fromkeys(zones))
+
+    def training_namespaces(self) -> list[str]:
+        """Where training runs: the stack's own jobs' namespace, then every team's."""
+        return [self.trainjobs.namespace, *(self.tenants.namespace_of(t) for t in self.tenants.teams())]
 
     @property
     def kueue_enabled(self) -> bool:

@@ -21,6 +21,7 @@ from infra.settings import Settings
 from k8s import gpu_objects as g
 from k8s.helm import release
 from k8s.resources import apply_manifest
+from k8s.runtimes import DO_NOT_DISRUPT
 
 OPS_NAMESPACE = "platform-ops"
 MONITORING_NAMESPACE = "monitoring"
@@ -234,7 +235,7 @@ def smoke_check_job(settings: Settings, *, configmap: str, image: str = versions
             "backoffLimit": 1,  # one retry: a node lost mid-check, not a broken GPU path
             "activeDeadlineSeconds": 1800,
             "template": {
-                "metadata": {"labels": labels, "annotations": {"karpenter.sh/do-not-disrupt": "true"}},
+                "metadata": {"labels": labels, "annotations": dict(DO_NOT_DISRUPT)},
                 "spec": {
                     "restartPolicy": "Never",
                     "automountServiceAccountToken": False,
@@ -357,8 +358,7 @@ class PrometheusMonitoring(pulumi.ComponentResource):
             "dcgm-exporter", chart=versions.DCGM_EXPORTER_CHART, repo=versions.DCGM_EXPORTER_REPO, version=versions.DCGM_EXPORTER_VERSION,
             namespace=MONITORING_NAMESPACE, values=dcgm_exporter_values(), opts=o(self.stack),
         )
-        namespaces = [settings.trainjobs.namespace, *(settings.tenants.namespace_of(t) for t in settings.tenants.teams())]
-        self.dashboard = apply_manifest(grafana_dashboard_configmap(grafana_dashboard(training_namespaces=namespaces)), o(self.stack))
+        self.dashboard = apply_manifest(grafana_dashboard_configmap(grafana_dashboard(training_namespaces=settings.training_namespaces())), o(self.stack))
         self.register_outputs({"namespace": MONITORING_NAMESPACE})
 
 

@@ -180,7 +180,7 @@ def initializer_job(*, kind: str, image: str) -> dict:
         "image": image,
         "env": [{"name": TRAINJOB_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{JOBSET_NAME_LABEL}']"}}}],
         "resources": INITIALIZER_RESOURCES,
-        "volumeMounts": [{"name": trainer_api.INITIALIZER_VOLUME, "mountPath": trainer_api.INITIALIZER_WORKSPACE, "subPathExpr": f"{INITIALIZED_ROOT}/$({TRAINJOB_NAME_ENV})/$({INITIALIZED_KEY_ENV})"}],
+        "volumeMounts": [{"name": trainer_api.INITIALIZER_VOLUME, "mountPath": trainer_api.INITIALIZER_WORKSPACE, "subPathExpr": initialized_subpath(f"$({TRAINJOB_NAME_ENV})", f"$({INITIALIZED_KEY_ENV})")}],
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
     }
     pod_spec = {

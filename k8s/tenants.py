@@ -20,10 +20,9 @@ What a team gets, and why it is shaped so:
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from infra.settings import TenantSettings
+from infra.settings import DNS_LABEL_RE, TenantSettings
 
 TEAM_LABEL = "training-platform/team"
 """Label on a team's namespace (and its other objects): the team name."""
@@ -42,7 +41,6 @@ TENANT_DIR = "tenants"
 """Directory of the checkpoint file system that holds one sub-directory per team."""
 POD_SECURITY_LABELS = {"pod-security.kubernetes.io/enforce": "baseline", "pod-security.kubernetes.io/warn": "restricted"}
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 # The verbs and resources a team's principals get in their namespace (tests assert exactly these).
 TEAM_RULES: list[dict[str, Any]] = [
@@ -86,7 +84,7 @@ def _meta(name: str, ns: str | None, team: str) -> dict[str, Any]:
 
 
 def namespace(ns: str, team: str) -> dict:
-    if not _DNS_LABEL.match(ns):
+    if not DNS_LABEL_RE.match(ns):
         raise ValueError(f"namespace {ns!r} is not a DNS label")
     meta = _meta(ns, None, team)
     meta["labels"].update(POD_SECURITY_LABELS)
@@ -186,7 +184,7 @@ def tenant_dirs_script(teams: list[str], uid: int) -> str:
     pods (the training uid) must read what the root-run initializers wrote there. Other teams
     never see the directory: their volumes mount only their own."""
     for t in teams:
-        if not _DNS_LABEL.match(t):
+        if not DNS_LABEL_RE.match(t):
             raise ValueError(f"team {t!r} is not a DNS label")
     dirs = " ".join(f"/fs/{team_directory(t)}" for t in sorted(teams))
     return f'set -eu; for d in {dirs}; do mkdir -p "$d"; chmod 0755 "$d"; chown {uid}:{uid} "$d"; done'

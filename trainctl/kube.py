@@ -28,7 +28,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from k8s.runtimes import RUNTIME_LABEL
+from k8s.runtimes import JOBSET_NAME_LABEL, RUNTIME_LABEL  # the JobSet label is on every pod of a TrainJob's JobSet (named as the TrainJob)
 
 GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
 TRAINJOBS, RUNTIMES = "trainjobs", "clustertrainingruntimes"
@@ -40,7 +40,6 @@ OPENAPI_PATH = f"/openapi/v3/apis/{GROUP}/{VERSION}"
 TRAINJOB_SCHEMA = "org.kubeflow.trainer.v1alpha1.TrainJob"
 # Which Trainer release serves which TrainJob shape (k8s/trainer_api.py): runtimePatches from v2.2.
 SHAPE_VERSIONS = {"runtimePatches": "v2.3.0", "podTemplateOverrides": "v2.1.0"}
-JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"  # on every pod of a TrainJob's JobSet (named as the TrainJob)
 
 
 class ClusterError(Exception):

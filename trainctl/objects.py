@@ -22,7 +22,7 @@ from typing import Any
 
 import versions
 from infra import catalog
-from infra.settings import KUEUE_INCOMPATIBLE_TRAINERS, EfaSettings, JobBase, Settings, TrainerSettings, TrainJobsSettings
+from infra.settings import AZ_RE, DNS_LABEL_RE, KUEUE_INCOMPATIBLE_TRAINERS, EfaSettings, JobBase, Settings, TrainerSettings, TrainJobsSettings
 from k8s import trainer_api
 from k8s.runtimes import BUILDERS
 from k8s.tenants import LOCAL_QUEUE
@@ -39,9 +39,7 @@ MAX_NODES = 1000
 # TrainJob names: the CRD's CEL rules (kubeflow/trainer v2.3.0 trainjob_types.go: RFC 1035 label, at most 63)
 _NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 NAME_MAX = 63
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _IMAGE_RE = re.compile(r"^[a-z0-9.-]+(:\d+)?(/[a-z0-9._-]+)+(:[\w.-]+|@sha256:[0-9a-f]{64})$")
-_AZ_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
 
 
 class SubmitError(ValueError):
@@ -70,7 +68,7 @@ def check(req: Request) -> None:
         raise SubmitError(f"unknown runtime {req.runtime!r}; allowed: {', '.join(RUNTIMES)}")
     if req.nodes < 1 or req.nodes > MAX_NODES:
         raise SubmitError(f"--nodes {req.nodes}: allowed: 1 to {MAX_NODES}")
-    if not _DNS_LABEL.match(req.namespace):
+    if not DNS_LABEL_RE.match(req.namespace):
         raise SubmitError(f"--namespace {req.namespace!r} is not a namespace name (a DNS label such as vision)")
     if req.instance_type not in catalog.catalog():
         raise SubmitError(f"--instance-type {req.instance_type!r} is not in the GPU catalog; allowed: {', '.join(sorted(catalog.catalog()))}")
@@ -83,7 +81,7 @@ def check(req: Request) -> None:
         raise SubmitError(f"--name {req.name!r}: allowed: a lowercase RFC 1035 label (a letter first, then letters, digits, '-'), at most {NAME_MAX} characters")
     if req.trainer_version not in versions.TRAINER_VERSIONS:
         raise SubmitError(f"--trainer-version {req.trainer_version!r}; allowed: {', '.join(versions.TRAINER_VERSIONS)}")
-    if req.efa_zone is not None and not _AZ_RE.match(req.efa_zone):
+    if req.efa_zone is not None and not AZ_RE.match(req.efa_zone):
         raise SubmitError(f"--efa-zone {req.efa_zone!r}: allowed: an AZ name such as us-west-2a")
     if not req.command:
         raise SubmitError("no command: give it after --, e.g. trainctl submit ... ./proj -- python train.py")

@@ -33,7 +33,6 @@ import argparse
 import fnmatch
 import json
 import os
-import resource
 import time
 from typing import Any
 
@@ -284,12 +283,6 @@ def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.float().view(-1, logits.size(-1)), labels.view(-1), ignore_index=IGNORE)
 
 
-def peak_memory_gib(device: torch.device) -> float:
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**30
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB (host RSS)
-
-
 class Profiler:
     """torch.profiler over a few steps after warm-up: rank 0 writes a Chrome trace and prints the
     operators (kernels, on a GPU) that took the most time, so what holds MFU down is measured."""
@@ -327,8 +320,9 @@ class Profiler:
 def main(argv=None) -> int:
     args = parse_args(argv)
     d = trainlib.setup()
-    bf16 = args.precision == "bf16" or (args.precision == "auto" and d.device.type == "cuda")
-    if args.attention == "flex" and d.device.type != "cuda":
+    cuda = d.device.type == "cuda"
+    bf16 = args.precision == "bf16" or (args.precision == "auto" and cuda)
+    if args.attention == "flex" and not cuda:
         trainlib.fail_config("--attention flex trains only on a GPU (torch's FlexAttention has no backward on CPU); use --attention sdpa")
     # the two implementations name and fuse their weights differently: a job resumes with the one
     # its checkpoint holds, decided on rank 0 for every rank (all must build the same model)
@@ -350,7 +344,7 @@ def main(argv=None) -> int:
     model = shard(model, args, d, bf16)
     assert isinstance(model, FSDPModule)  # fully_shard swapped in an FSDP subclass of the model's class
     # fused AdamW on GPU: one kernel per parameter group instead of a handful per tensor
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0, fused=d.device.type == "cuda")
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0, fused=cuda)
 
     src_all, mask_all, tgt_all = dataset.tensors
     lengths = list(zip(mask_all.sum(1).tolist(), (tgt_all != PAD_ID).sum(1).tolist(), strict=True))  # useful tokens (right-padded)
@@ -362,7 +356,6 @@ def main(argv=None) -> int:
     if args.max_steps:
         total_steps = min(total_steps, args.max_steps)
     bucket_window = args.bucket_window if args.padding == "bucketed" else 0
-    pin = d.device.type == "cuda"
 
     def micro_batch(indices: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """This rank's slice of a global batch on the device; every rank cuts the batch to the same
@@ -374,7 +367,7 @@ def main(argv=None) -> int:
         mine = torch.tensor(indices[d.rank * args.batch_size : (d.rank + 1) * args.batch_size])
         host = (src_all[mine, :s_len], mask_all[mine, :s_len], tgt_all[mine, :t_len])
         # from page-locked memory the copy to the GPU is asynchronous: the host goes on launching
-        return tuple(t.pin_memory().to(d.device, non_blocking=True) if pin else t for t in host)  # pyright: ignore[reportReturnType]
+        return tuple(t.pin_memory().to(d.device, non_blocking=True) if cuda else t for t in host)  # pyright: ignore[reportReturnType]
 
     def load(path: str) -> None:
         msd, osd = get_state_dict(model, opt)
@@ -390,7 +383,6 @@ def main(argv=None) -> int:
     # (torch.distributed.checkpoint.staging.DefaultStager caches staged storages per source
     # storage); the copy runs in its thread while the next step computes, and the loop waits for
     # it only before the optimizer step changes the state
-    cuda = d.device.type == "cuda"
     stager = DefaultStager(StagingOptions(use_pinned_memory=cuda, use_shared_memory=False, use_async_staging=True, use_non_blocking_copy=cuda)) if args.checkpoint_mode == "async" else None
 
     def save(at_step: int) -> None:
@@ -409,7 +401,7 @@ def main(argv=None) -> int:
 
         writer.save(at_step, {"epoch": at_step // steps_per_epoch, "micro_batch_in_epoch": (at_step % steps_per_epoch) * args.grad_accum, "world_size": d.world_size, "loss": last_loss, "impl": checkpoint_impl}, write)
 
-    if d.device.type == "cuda":
+    if cuda:
         torch.cuda.reset_peak_memory_stats(d.device)
     # loss sum over micro-batches, micro-batches, useful tokens: kept on the device so the step
     # never waits for the GPU except where it is timed; tokens computed (padding included) are
@@ -446,7 +438,7 @@ def main(argv=None) -> int:
             writer.wait_staged()  # a save's copy of the state must be taken before the step changes it
             opt.step()
             opt.zero_grad(set_to_none=True)
-            if d.device.type == "cuda":
+            if cuda:
                 torch.cuda.synchronize(d.device)
             step_times.append(time.perf_counter() - t0)
             step += 1
@@ -477,7 +469,7 @@ def main(argv=None) -> int:
     if stager is not None:
         stager.close()
     elapsed = trainlib.all_reduce_max(time.perf_counter() - t_train, d.device)
-    peak = trainlib.all_reduce_max(peak_memory_gib(d.device), d.device)
+    peak = trainlib.all_reduce_max(trainlib.memory_gib(d), d.device)
     warm = sorted(step_times[3:] if len(step_times) >= 6 else step_times[1:] or step_times)
     step_time = trainlib.all_reduce_max(warm[len(warm) // 2] if warm else 0.0, d.device)  # median after warm-up
     trainlib.log(d, f"fsdp-t5: steps={step} loss={last_loss:.4f} tokens/s={tokens_total / max(elapsed, 1e-9):.1f} step_time_s={step_time:.4f} peak_memory_gib={peak:.2f}")
