@@ -715,7 +715,7 @@ def main(argv=None) -> int:
             else:
                 job = load_job(args.stack, args.job, work, python=args.python, hub_dir=args.hub_dir)
             for init in job.init_jobs:
-                print(f"emulate: {init.name} first ({init.env.get('STORAGE_URI', 'no STORAGE_URI')})", flush=True)
+                print(f"emulate: {init.name} first ({init.env.get(trainer_api.STORAGE_URI_ENV, 'no ' + trainer_api.STORAGE_URI_ENV)})", flush=True)
             print(
                 f"emulate: {job.name}: {job.num_nodes} nodes x {job.nproc_per_node} processes, maxRestarts={job.max_restarts}, volumes: "
                 + ", ".join(f"{k} -> {v}" for k, v in job.mounts.items()), flush=True,

@@ -34,6 +34,8 @@ import shutil
 import sys
 from urllib.parse import urlparse
 
+from k8s import trainer_api
+
 FIXTURE_ROWS = 1024  # enough for the tiny profile's 12 steps x batch 4 on up to 16 processes
 TINY_T5 = {"d_model": 64, "d_ff": 128, "num_layers": 2, "num_decoder_layers": 2, "num_heads": 4, "d_kv": 16, "vocab_size": 512}
 SPECIAL = ["<pad>", "</s>", "<unk>"]  # T5's ids 0, 1, 2
@@ -42,7 +44,7 @@ WORDS = [f"w{i}" for i in range(200)]
 # upstream pkg/initializers/model/huggingface.py allow_patterns, types.py default ignore_patterns
 MODEL_ALLOW = ("*.json", "*.safetensors", "*.model", "*.txt")
 MODEL_IGNORE = ("*.msgpack", "*.h5", "*.bin", "*.pt", "*.pth")
-KINDS = {"dataset-initializer": "dataset", "model-initializer": "model"}
+KINDS = {trainer_api.DATASET_INITIALIZER: "dataset", trainer_api.MODEL_INITIALIZER: "model"}
 
 
 def repo_id(uri: str, kind: str) -> str:
@@ -157,7 +159,7 @@ def main(argv=None) -> int:
     if args.cmd == "build":
         build(args.hub, datasets=args.dataset, models=args.model)
         return 0
-    uri = os.environ["STORAGE_URI"]  # required, as upstream: a KeyError fails the pod
+    uri = os.environ[trainer_api.STORAGE_URI_ENV]  # required, as upstream: a KeyError fails the pod
     patterns = os.environ.get("IGNORE_PATTERNS")
     ignore = tuple(p.strip() for p in patterns.split(",") if p.strip()) if patterns else None
     copied, kept = initialize(kind=args.kind, uri=uri, hub=args.hub, workspace=args.workspace, ignore=ignore)
