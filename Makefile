@@ -6,7 +6,7 @@ STACK  ?= dev
 JOB    ?= ddp
 EMULATE_ARGS ?=
 
-.PHONY: venv venv-tf render validate test emulate bench bench-gpu lint policy clean image docs schema golden dashboard-preview
+.PHONY: venv venv-tf render validate test emulate bench bench-gpu lint policy clean image docs schema golden dashboard-preview cluster-up cluster-down cluster-build cluster-build-e2e e2e
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -93,3 +93,26 @@ dashboard-preview: venv
 ## golden: rewrite tests/golden after an intended change to the rendered objects
 golden: venv
 	$(PY) -m tools.golden --update
+
+## cluster-up: a local control plane for $(STACK) (etcd, kube-apiserver, controller-manager, scheduler, kwok,
+## JobSet, Trainer, Kueue, Karpenter's kwok provider, built from their Go modules at the pinned versions and
+## cached), the stack applied with server-side apply; out/$(STACK)/cluster/kubeconfig; keeps running
+cluster-up: venv
+	$(PY) -m tools.cluster up --stack $(STACK)
+
+## cluster-down: stop exactly the processes cluster-up started (by pid) and remove out/$(STACK)/cluster
+cluster-down: venv
+	$(PY) -m tools.cluster down --stack $(STACK)
+
+## cluster-build: build (or find cached) every pinned local-cluster component
+cluster-build: venv
+	$(PY) -m tools.cluster build --all
+
+## cluster-build-e2e: the components the e2e tests' stacks need (CI builds them before make test)
+E2E_STACKS ?= dev prod workshop teams
+cluster-build-e2e: venv
+	$(PY) -m tools.cluster build $(foreach s,$(E2E_STACKS),--stack $(s))
+
+## e2e: the end-to-end tests against real local control planes (each test module brings its stack up and down)
+e2e: venv
+	$(PY) -m pytest -q tests/e2e

@@ -117,3 +117,27 @@ DEEPSPEED_RUNTIME_IMAGE = "ghcr.io/kubeflow/trainer/deepspeed-runtime:v2.3.0"
 # TensorFlow 2.20.0: the CPU build of the same release (tensorflow-cpu) is what workloads/requirements-tf.txt
 # pins for the local emulation of the TF job (a test keeps the two versions equal).
 TENSORFLOW_RUNTIME_IMAGE = "tensorflow/tensorflow:2.20.0-gpu"
+
+# Local control plane (tools/cluster: `make cluster-up`, the e2e tests). Every component is built from
+# its released Go module (the Go module proxy) at these versions and cached per version under
+# ~/.cache/training-platform (or $TRAINING_PLATFORM_CACHE).
+# kube-apiserver, kube-controller-manager, kube-scheduler per EKS minor (the stack's cluster.version):
+# k8s.io/kubernetes at a patch release of that minor, built from a module of ours that replaces every
+# k8s.io/* staging module with its matching v0.<minor>.<patch> release.
+LOCAL_KUBERNETES_RELEASES = {"1.32": "v1.32.13", "1.33": "v1.33.13", "1.34": "v1.34.4", "1.35": "v1.35.4"}
+# etcd: Debian bookworm's etcd-server package (3.4.23), which these API servers accept; `.ci/run`
+# installs it. The API server only needs the v3 API; the package is not a Go module build.
+LOCAL_ETCD_DEBIAN_PACKAGE = "etcd-server"
+# The Trainer controller per TRAINER_VERSIONS entry and the JobSet controller that release depends on
+# (github.com/kubeflow/trainer/v2 go.mod requires sigs.k8s.io/jobset at TRAINER_VERSIONS[v]["jobset"]).
+TRAINER_MODULE = "github.com/kubeflow/trainer/v2"
+JOBSET_MODULE = "sigs.k8s.io/jobset"
+KUEUE_MODULE = "sigs.k8s.io/kueue"
+# Karpenter's core with its kwok cloud provider (sigs.k8s.io/karpenter/kwok): the core release that
+# karpenter-provider-aws KARPENTER_VERSION is built on.
+KARPENTER_CORE_MODULE = "sigs.k8s.io/karpenter"
+KARPENTER_CORE_VERSION = "v" + KARPENTER_VERSION
+# kwok: simulated nodes and pods (Ready, then run to completion).
+KWOK_MODULE = "sigs.k8s.io/kwok"
+KWOK_VERSION = "v0.8.0"
+KARPENTER_AWS_MODULE = "github.com/aws/karpenter-provider-aws"  # its CRDs (karpenter.sh with the AWS label allow-list, EC2NodeClass) at KARPENTER_VERSION

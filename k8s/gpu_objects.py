@@ -36,14 +36,14 @@ def ec2_node_class_ref(name: str) -> NodeClassRef:
     return NodeClassRef("karpenter.k8s.aws", "EC2NodeClass", name)
 
 
-def _label_keys(mode: str) -> tuple[str, str]:
+def instance_label_keys(mode: str) -> tuple[str, str]:
     """Karpenter's well-known labels for category/family; Auto Mode uses its own prefix."""
     prefix = "eks.amazonaws.com" if mode == "auto" else "karpenter.k8s.aws"
     return f"{prefix}/instance-category", f"{prefix}/instance-family"
 
 
 def _requirements(mode: str, categories: list[str], families: list[str], types: list[str], capacity_types: list[str], zone: str | None = None) -> list[dict]:
-    cat_key, fam_key = _label_keys(mode)
+    cat_key, fam_key = instance_label_keys(mode)
     reqs = [
         {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
         {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},

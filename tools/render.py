@@ -4,7 +4,8 @@
 Usage: python -m tools.render --stack dev [--out out] [--project-dir DIR]
 
 A stack file that is not valid, or a program that fails, prints one line
-(``render: <stack>: <message>``), exits 2 and leaves no ``out/<stack>`` behind.
+(``render: <stack>: <message>``), exits 2 and leaves no render of it behind (a local cluster's
+state in ``out/<stack>/cluster`` is kept).
 """
 
 from __future__ import annotations
@@ -55,10 +56,25 @@ def _canonical(obj: dict) -> dict:
     return {**head, **{k: _sorted(obj[k]) for k in sorted(obj) if k not in _HEAD}}
 
 
+KEEP = ("cluster",)  # a running local cluster's state (tools/cluster) outlives renders
+
+
+def clear(stack_dir: str) -> None:
+    """Remove an earlier render of the stack (all but a local cluster's state)."""
+    if not os.path.isdir(stack_dir):
+        return
+    for entry in os.listdir(stack_dir):
+        if entry in KEEP:
+            continue
+        path = os.path.join(stack_dir, entry)
+        shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.remove(path)
+    if not os.listdir(stack_dir):
+        os.rmdir(stack_dir)
+
+
 def write(run: ProgramRun, out_dir: str) -> dict[str, dict]:
     stack_dir = os.path.join(out_dir, run.stack)
-    if os.path.isdir(stack_dir):
-        shutil.rmtree(stack_dir)
+    clear(stack_dir)
     os.makedirs(os.path.join(stack_dir, "manifests"))
     with open(os.path.join(stack_dir, "plan.json"), "w") as fh:
         json.dump(run.plan(), fh, indent=2, sort_keys=False)
@@ -85,9 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=os.path.join(PROJECT_DIR, "out"))
     ap.add_argument("--project-dir", default=PROJECT_DIR, help="the Pulumi project (Pulumi.yaml, Pulumi.<stack>.yaml, __main__.py); default: this repository")
     args = ap.parse_args(argv)
-    stack_dir = os.path.join(args.out, args.stack)
-    if os.path.isdir(stack_dir):  # nothing stale may pass for this render's output, whatever happens next
-        shutil.rmtree(stack_dir)
+    # nothing stale may pass for this render's output, whatever happens next
+    clear(os.path.join(args.out, args.stack))
     collect = _Collect()
     logging.getLogger().addHandler(collect)
     try:

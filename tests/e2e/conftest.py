@@ -1,0 +1,62 @@
+"""End-to-end tests on real local control planes (tools/cluster): one per stack, brought up once
+per test session on first use and stopped (by pid) at its end.
+
+Needs Go (to build the pinned components once, cached under ~/.cache/training-platform), Debian's
+etcd-server and openssl; `.ci/run` installs etcd. Without Go or etcd these tests fail, saying so:
+they are part of `make test`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.conftest import stack_file
+from tools.cluster import up as cluster
+from tools.cluster.client import Client
+from tools.cluster.procs import Processes
+
+_UP: dict[str, cluster.Up] = {}
+
+
+class Clusters:
+    def __init__(self, out):
+        self.out = out
+
+    def get(self, stack: str) -> cluster.Up:
+        """The stack's cluster (Pulumi.<stack>.yaml applied), brought up on first use."""
+        if stack not in _UP:
+            _UP[stack] = cluster.up(stack, out=self.out)
+        return _UP[stack]
+
+
+@pytest.fixture(scope="session")
+def clusters(tmp_path_factory) -> Iterator[Clusters]:
+    out = tmp_path_factory.mktemp("e2e-out")
+    yield Clusters(out)
+    for key in list(_UP):
+        cluster.down(key, out=out)
+        del _UP[key]
+
+
+def wait_for(what: str, check: Callable[[], Any], up: cluster.Up, timeout: float = 120, interval: float = 0.5) -> Any:
+    """``check()`` until it returns something truthy; fails naming ``what`` (and any component that died)."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        Processes(up.dir).check()
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r}); logs in {up.dir / 'logs'}")
+
+
+def admin(up: cluster.Up) -> Client:
+    return up.client()
+
+
+__all__ = ["Clusters", "admin", "stack_file", "wait_for"]

@@ -1,0 +1,200 @@
+"""How each upstream component runs on the local control plane: its command line, its
+configuration file, the CRDs it needs (read from its Go module, as released) and its webhook
+configurations (the module's own manifests, pointed at ``https://127.0.0.1:<port>``).
+
+Configuration facts, read from the modules' sources at the pinned versions:
+
+* Trainer (``pkg/config``, ``cmd/trainer-controller-manager``): ``certManagement.enable: false`` turns
+  off the in-pod certificate rotator; the webhook server reads ``$TMPDIR/k8s-webhook-server/
+  serving-certs/tls.{crt,key}`` (no cert-dir option); v2.1.0 dereferences ``webhook.host``, so it is
+  always set. Leader election is off when not configured.
+* JobSet (``api/config/v1alpha1``): leader election and internal cert management default to on;
+  both off, certificates from ``webhook.certDir``.
+* Kueue (``apis/config/v1beta2``, ``cmd/kueue/main.go``): leader election and internal certs off;
+  with internal certs off the manager reads ``/etc/kueue/metrics/certs/tls.{crt,key}`` even with
+  metrics disabled; the visibility API server needs in-cluster credentials (``VisibilityOnDemand``
+  off); ``waitForPodsReady`` is always on.
+* Karpenter's kwok provider (``pkg/operator/options``, ``kwok/main.go``): configured by environment
+  (``KUBECONFIG``; an unknown flag such as ``--kubeconfig`` panics), ``DISABLE_LEADER_ELECTION``,
+  ``INSTANCE_TYPES_FILE_PATH`` replacing its built-in catalog.
+* kwok (``pkg/kwok/cmd``): manages the nodes annotated ``kwok.x-k8s.io/node=fake``; without stages it
+  does nothing, so the stages come in its ``--config``.
+"""
+
+from __future__ import annotations
+
+import copy
+import pathlib
+from dataclasses import dataclass
+
+import yaml
+
+import versions
+from tools.cluster import build
+
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+KUEUE_METRICS_CERT_DIR = pathlib.Path("/etc/kueue/metrics/certs")  # hard-coded in Kueue's main.go
+
+
+@dataclass(frozen=True)
+class Webhooks:
+    """A component's webhook configurations: the module file, what to keep, what upstream's
+    kustomize adds (selectors), and the names the released install gives them."""
+
+    module: str
+    version: str
+    manifest: str
+    names: dict[str, str]  # upstream kind -> released name
+    keep: tuple[str, ...] | None = None  # webhook names to keep (None: all)
+    object_selectors: dict[str, dict] | None = None
+    namespace_selectors: dict[str, dict] | None = None
+
+    def configurations(self, port: int, ca_bundle: str) -> list[dict]:
+        docs = [d for d in yaml.safe_load_all((build.module_dir(self.module, self.version) / self.manifest).read_text()) if d]
+        out = []
+        for doc in docs:
+            doc = copy.deepcopy(doc)
+            doc["metadata"] = {"name": self.names[doc["kind"]], "labels": {"training-platform/local-cluster": "webhook"}}
+            hooks = []
+            for hook in doc.get("webhooks", []):
+                if self.keep is not None and hook["name"] not in self.keep:
+                    continue
+                path = hook["clientConfig"]["service"]["path"]
+                hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}", "caBundle": ca_bundle}
+                if self.object_selectors and hook["name"] in self.object_selectors:
+                    hook["objectSelector"] = self.object_selectors[hook["name"]]
+                if self.namespace_selectors and hook["name"] in self.namespace_selectors:
+                    hook["namespaceSelector"] = self.namespace_selectors[hook["name"]]
+                hooks.append(hook)
+            if hooks:
+                doc["webhooks"] = hooks
+                out.append(doc)
+        return out
+
+
+# --- CRDs ---------------------------------------------------------------------------------------
+
+def _crd_files(module: str, version: str, *globs: str) -> list[pathlib.Path]:
+    root = build.module_dir(module, version)
+    out: list[pathlib.Path] = []
+    for pattern in globs:
+        found = sorted(root.glob(pattern))
+        if not found:
+            raise build.BuildError(f"{module}@{version} has no {pattern}")
+        out += found
+    return out
+
+
+def crds(trainer_version: str, with_kueue: bool) -> list[dict]:
+    files = _crd_files(versions.JOBSET_MODULE, versions.TRAINER_VERSIONS[trainer_version]["jobset"], "config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml")
+    files += _crd_files(versions.TRAINER_MODULE, trainer_version, "manifests/base/crds/trainer.kubeflow.org_*.yaml")
+    # the karpenter.sh CRDs as the AWS provider ships them (with its label allow-list), its EC2NodeClass,
+    # and the kwok provider's KWOKNodeClass
+    files += _crd_files(versions.KARPENTER_AWS_MODULE, "v" + versions.KARPENTER_VERSION, "pkg/apis/crds/karpenter.sh_*.yaml", "pkg/apis/crds/karpenter.k8s.aws_ec2nodeclasses.yaml")
+    files += _crd_files(versions.KARPENTER_CORE_MODULE, versions.KARPENTER_CORE_VERSION, "kwok/apis/crds/karpenter.kwok.sh_kwoknodeclasses.yaml")
+    if with_kueue:
+        files += _crd_files(versions.KUEUE_MODULE, "v" + versions.KUEUE_VERSION, "config/components/crd/bases/kueue.x-k8s.io_*.yaml")
+    return [yaml.safe_load(f.read_text()) for f in files]
+
+
+# --- controllers -----------------------------------------------------------------------------------
+
+def trainer_webhooks(version: str) -> Webhooks:
+    runtime_selector = {"matchExpressions": [{"key": "trainer.kubeflow.org/webhook-validation", "operator": "NotIn", "values": ["disabled"]}]}
+    return Webhooks(
+        versions.TRAINER_MODULE, version, "manifests/base/webhook/manifests.yaml",
+        {"MutatingWebhookConfiguration": "defaulter.trainer.kubeflow.org", "ValidatingWebhookConfiguration": "validator.trainer.kubeflow.org"},
+        object_selectors={
+            "validator.clustertrainingruntime.trainer.kubeflow.org": runtime_selector,
+            "validator.trainingruntime.trainer.kubeflow.org": runtime_selector,
+        },
+    )
+
+
+def jobset_webhooks(trainer_version: str) -> Webhooks:
+    pods = {"matchExpressions": [{"key": "jobset.sigs.k8s.io/jobset-name", "operator": "Exists"}]}
+    return Webhooks(
+        versions.JOBSET_MODULE, versions.TRAINER_VERSIONS[trainer_version]["jobset"], "config/components/webhook/manifests.yaml",
+        {"MutatingWebhookConfiguration": "jobset-mutating-webhook-configuration", "ValidatingWebhookConfiguration": "jobset-validating-webhook-configuration"},
+        object_selectors={"mpod.kb.io": pods, "vpod.kb.io": pods},
+    )
+
+
+KUEUE_JOB_WEBHOOKS = ("mtrainjob.kb.io", "vtrainjob.kb.io", "mjobset.kb.io", "vjobset.kb.io")
+KUEUE_API_WEBHOOKS = ("mworkload.kb.io", "vworkload.kb.io", "mclusterqueue.kb.io", "vclusterqueue.kb.io", "mresourceflavor.kb.io", "vresourceflavor.kb.io", "vcohort.kb.io")
+
+
+def kueue_webhooks() -> Webhooks:
+    # config/components/webhook/kustomization.yaml: job webhooks skip kube-system and kueue-system
+    not_system = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "kueue-system"]}]}
+    return Webhooks(
+        versions.KUEUE_MODULE, "v" + versions.KUEUE_VERSION, "config/components/webhook/manifests.yaml",
+        {"MutatingWebhookConfiguration": "kueue-mutating-webhook-configuration", "ValidatingWebhookConfiguration": "kueue-validating-webhook-configuration"},
+        keep=KUEUE_JOB_WEBHOOKS + KUEUE_API_WEBHOOKS,
+        namespace_selectors={name: not_system for name in KUEUE_JOB_WEBHOOKS},
+    )
+
+
+def trainer_config(webhook_port: int, health_port: int) -> dict:
+    return {
+        "apiVersion": "config.trainer.kubeflow.org/v1alpha1",
+        "kind": "Configuration",
+        "webhook": {"port": webhook_port, "host": "127.0.0.1"},
+        "metrics": {"bindAddress": "0"},
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
+        "certManagement": {"enable": False},
+    }
+
+
+def jobset_config(webhook_port: int, health_port: int, cert_dir: pathlib.Path) -> dict:
+    return {
+        "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
+        "kind": "Configuration",
+        "webhook": {"port": webhook_port, "host": "127.0.0.1", "certDir": str(cert_dir)},
+        "metrics": {"bindAddress": "0"},
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+    }
+
+
+def kueue_config(stack_config: dict, webhook_port: int, health_port: int, cert_dir: pathlib.Path) -> dict:
+    """The stack's own Kueue Configuration (its Helm values' ``controllerManagerConfigYaml``) with
+    what only works in a pod replaced: leader election, cert rotation, the visibility API server
+    (it needs in-cluster credentials) and metrics off; probes and webhooks on 127.0.0.1."""
+    cfg = copy.deepcopy(stack_config)
+    cfg.update({
+        "namespace": "kueue-system",
+        "leaderElection": {"leaderElect": False},
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
+        "metrics": {"bindAddress": "0"},
+        "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(cert_dir)},
+        "internalCertManagement": {"enable": False},
+    })
+    cfg["featureGates"] = {**cfg.get("featureGates", {}), "VisibilityOnDemand": False, "MultiKueue": False}
+    return cfg
+
+
+# kwok's own stages, read from its module: nodes Ready with lease heartbeats, pods Running and Ready.
+KWOK_STAGE_FILES = (
+    "kustomize/stage/node/fast/node-initialize.yaml",
+    "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+    "kustomize/stage/pod/fast/pod-ready.yaml",
+    "kustomize/stage/pod/fast/pod-complete.yaml",
+    "kustomize/stage/pod/fast/pod-delete.yaml",
+)
+
+
+def kwok_stages(run_seconds: float = 3.0) -> list[dict]:
+    """The stages kwok runs: its fast node and pod stages, with two changes. Pods of Jobs (a JobSet's
+    replicated jobs, the platform's one-shot Jobs) stay Running ``run_seconds`` before they succeed,
+    so a job is seen running; a deleted pod loses its finalizers before kwok removes it (there is no
+    kubelet; Karpenter's kwok setup does the same), so Job, JobSet and node drains finish."""
+    root = build.module_dir(versions.KWOK_MODULE, versions.KWOK_VERSION)
+    stages = [yaml.safe_load((root / f).read_text()) for f in KWOK_STAGE_FILES]
+    for stage in stages:
+        if stage["metadata"]["name"] == "pod-complete":
+            stage["spec"]["delay"] = {"durationMilliseconds": int(run_seconds * 1000), "jitterDurationMilliseconds": int(run_seconds * 2000)}
+        if stage["metadata"]["name"] == "pod-delete":
+            stage["spec"]["next"]["finalizers"] = {"empty": True}
+    return stages
