@@ -58,8 +58,25 @@ class Unit:
         return self.bin_dir / binary
 
     @property
+    def ldflags(self) -> str:
+        flags = "-s -w"
+        if self.staging:
+            # what the Kubernetes release build stamps (hack/lib/version.sh): clients such as Kueue
+            # parse the API server's /version
+            major, minor = self.version.removeprefix("v").split(".")[:2]
+            for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+                flags += f" -X {pkg}.gitVersion={self.version} -X {pkg}.gitMajor={major} -X {pkg}.gitMinor={minor} -X {pkg}.gitTreeState=clean -X {pkg}.buildDate=1970-01-01T00:00:00Z"
+        return flags
+
+    @property
     def built(self) -> bool:
-        return (self.bin_dir / ".built").is_file() and all(self.path(b).is_file() for b in self.binaries)
+        stamp = self.bin_dir / ".built"
+        if not stamp.is_file() or not all(self.path(b).is_file() for b in self.binaries):
+            return False
+        try:
+            return json.loads(stamp.read_text()).get("ldflags") == self.ldflags
+        except ValueError:
+            return False
 
 
 def kubernetes(minor: str) -> Unit:
@@ -163,9 +180,9 @@ def build(unit: Unit, *, echo=print) -> float:
     (work / "tools.go").write_text(f"//go:build tools\n\npackage tools\n\nimport (\n{imports}\n)\n")
     _run(unit, [go, "mod", "tidy"], work, log, env)
     for binary, pkg in unit.binaries.items():
-        _run(unit, [go, "build", "-ldflags=-s -w", "-o", str(unit.path(binary)), pkg], work, log, env)
+        _run(unit, [go, "build", f"-ldflags={unit.ldflags}", "-o", str(unit.path(binary)), pkg], work, log, env)
     seconds = time.monotonic() - started
-    (unit.bin_dir / ".built").write_text(json.dumps({"module": unit.module, "version": unit.version, "seconds": round(seconds, 1)}) + "\n")
+    (unit.bin_dir / ".built").write_text(json.dumps({"module": unit.module, "version": unit.version, "seconds": round(seconds, 1), "ldflags": unit.ldflags}) + "\n")
     echo(f"cluster: built {unit.module}@{unit.version} in {seconds:.0f} s")
     return seconds
 

@@ -198,3 +198,13 @@ def kwok_stages(run_seconds: float = 3.0) -> list[dict]:
         if stage["metadata"]["name"] == "pod-delete":
             stage["spec"]["next"]["finalizers"] = {"empty": True}
     return stages
+
+
+# What `kubectl logs` (and trainctl logs) read from a simulated pod: no container runs on a kwok node.
+# kwok serves the file as a kubelet does: in the CRI log format (time, stream, tag, message).
+SIMULATED_POD_LOG = "2026-01-01T00:00:00.000000000Z stdout F local cluster: this pod ran on a simulated (kwok) node; no container ran, so there is no program output\n"
+
+
+def kwok_logs(path: pathlib.Path) -> dict:
+    """Every container's log, as kwok's kubelet API serves it, is ``path``."""
+    return {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterLogs", "metadata": {"name": "all-pods"}, "spec": {"logs": [{"logsFile": str(path), "follow": False}]}}

@@ -104,7 +104,7 @@ def _wait_established(client: Client, names: list[str], timeout: float = 60) -> 
     while pending and time.monotonic() < deadline:
         for name in sorted(pending):
             crd = client.get_or_none("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)
-            conds = {c["type"]: c["status"] for c in ((crd or {}).get("status") or {}).get("conditions", [])}
+            conds = {c["type"]: c["status"] for c in (((crd or {}).get("status") or {}).get("conditions") or [])}
             if conds.get("Established") == "True":
                 pending.discard(name)
         time.sleep(0.2)
@@ -170,7 +170,7 @@ def _start(stack: str, d: pathlib.Path, plan: StackPlan, procs: Processes, units
     kueue_u = units[5] if len(units) > 5 else None
     pkid = d / "pki"
     pki.make(pkid)
-    ports = {name: free_port() for name in ("etcd", "etcd-peer", "apiserver", "kcm", "scheduler", "jobset-webhook", "jobset-health", "trainer-webhook", "trainer-health", "kueue-webhook", "kueue-health", "karpenter-metrics", "karpenter-health")}
+    ports = {name: free_port() for name in ("etcd", "etcd-peer", "apiserver", "kcm", "scheduler", "jobset-webhook", "jobset-health", "trainer-webhook", "trainer-health", "kueue-webhook", "kueue-health", "karpenter-metrics", "karpenter-health", "kwok-kubelet")}
     procs.info["ports"] = ports
     server = f"https://127.0.0.1:{ports['apiserver']}"
     procs.info["server"] = server
@@ -190,7 +190,10 @@ def _start(stack: str, d: pathlib.Path, plan: StackPlan, procs: Processes, units
         f"--tls-cert-file={pkid / 'apiserver.crt'}", f"--tls-private-key-file={pkid / 'apiserver.key'}", f"--client-ca-file={pkid / 'ca.crt'}",
         "--service-account-issuer=https://kubernetes.default.svc", f"--service-account-key-file={pkid / 'sa.pub'}", f"--service-account-signing-key-file={pkid / 'sa.key'}",
         "--service-cluster-ip-range=10.96.0.0/16", "--authorization-mode=Node,RBAC", "--anonymous-auth=false", "--profiling=false", "--allow-privileged=true",
-        f"--encryption-provider-config={_encryption_config(d)}", f"--cert-dir={d / 'apiserver-certs'}", "--enable-admission-plugins=NodeRestriction"])
+        f"--encryption-provider-config={_encryption_config(d)}", f"--cert-dir={d / 'apiserver-certs'}", "--enable-admission-plugins=NodeRestriction",
+        # pod logs come from kwok's kubelet API on 127.0.0.1 (its serving certificate is ours)
+        f"--kubelet-certificate-authority={pkid / 'ca.crt'}", f"--kubelet-client-certificate={pkid / 'admin.crt'}", f"--kubelet-client-key={pkid / 'admin.key'}",
+        "--kubelet-preferred-address-types=InternalIP"])
     admin = Client(server, pkid)
     procs.wait("kube-apiserver", lambda: admin.get_path("/readyz") == "ok", 90, f"{server}/readyz")
     kubeconfig = _write(d / "kubeconfig", pki.kubeconfig(pkid, server), 0o600)
@@ -221,10 +224,14 @@ def _start(stack: str, d: pathlib.Path, plan: StackPlan, procs: Processes, units
         status = node.pop("status")
         admin.create(node)
         admin.request("PATCH", admin.path("v1", "Node", node["metadata"]["name"]) + "/status", body={"status": status}, content_type="application/merge-patch+json")
-    kwok_cfg = [{"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration",
-                 "options": {"manageNodesWithAnnotationSelector": f"{components.KWOK_NODE_ANNOTATION}=fake", "nodeLeaseDurationSeconds": 40, "cidr": "10.244.0.0/16",
-                             "podPlayStageParallelism": 4, "nodePlayStageParallelism": 4, "nodeLeaseParallelism": 4, "podsOnNodeSyncParallelism": 2}}]
+    kwok_cfg = [{"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration", "options": {
+        "manageNodesWithAnnotationSelector": f"{components.KWOK_NODE_ANNOTATION}=fake", "nodeLeaseDurationSeconds": 40, "cidr": "10.244.0.0/16",
+        "podPlayStageParallelism": 4, "nodePlayStageParallelism": 4, "nodeLeaseParallelism": 4, "podsOnNodeSyncParallelism": 2,
+        # the kubelet API (pod logs) of every simulated node, on loopback with our certificate
+        "nodeIP": "127.0.0.1", "nodePort": ports["kwok-kubelet"], "serverAddress": f"127.0.0.1:{ports['kwok-kubelet']}",
+        "tlsCertFile": str(pkid / "webhook.crt"), "tlsPrivateKeyFile": str(pkid / "webhook.key"), "enableDebuggingHandlers": True}}]
     kwok_cfg += components.kwok_stages()
+    kwok_cfg.append(components.kwok_logs(_write(d / "pod.log", components.SIMULATED_POD_LOG)))
     kwok_file = _write(d / "kwok.yaml", yaml.safe_dump_all(kwok_cfg, sort_keys=False))
     procs.start("kwok", [str(kwok_u.path("kwok")), f"--kubeconfig={kc}", f"--config={kwok_file}"], env={"HOME": str(d)})
     _wait_nodes_ready(admin, [n["metadata"]["name"] for n in nodes], procs)
