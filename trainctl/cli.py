@@ -19,12 +19,13 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 import yaml
+from urllib3.exceptions import HTTPError
 
 import versions
 from k8s.tenants import QUEUE_LABEL
 from trainctl import objects
 from trainctl.code import CodeError, collect
-from trainctl.kube import Cluster, ClusterError, default_namespace
+from trainctl.kube import Cluster, ClusterError, default_namespace, unreachable
 
 RESTART_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 """The JobSet restart attempt a pod belongs to (kubernetes-sigs/jobset pkg/constants RestartsKey)."""
@@ -356,6 +357,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except ClusterError as err:
         print(f"trainctl: error: {err}", file=sys.stderr)
+        return 1
+    except (OSError, HTTPError) as err:  # a connection that failed outside a wrapped call (the SDK's own retries)
+        print(f"trainctl: error: {unreachable(err)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

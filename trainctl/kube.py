@@ -27,6 +27,7 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
+from urllib3.exceptions import HTTPError, MaxRetryError
 
 from k8s.runtimes import JOBSET_NAME_LABEL, RUNTIME_LABEL  # the JobSet label is on every pod of a TrainJob's JobSet (named as the TrainJob)
 
@@ -44,6 +45,14 @@ SHAPE_VERSIONS = {"runtimePatches": "v2.3.0", "podTemplateOverrides": "v2.1.0"}
 
 class ClusterError(Exception):
     """A failed cluster call, as one line for the user."""
+
+
+def unreachable(err: BaseException) -> str:
+    """One line for a connection that failed (urllib3 retries end in MaxRetryError)."""
+    reason = err.reason if isinstance(err, MaxRetryError) and err.reason is not None else err
+    host = f" {err.pool.host}:{err.pool.port}" if isinstance(err, MaxRetryError) and err.pool is not None else ""
+    text = str(reason).split(": ")[-1].rstrip("')\"")
+    return f"cannot reach the API server{host} ({text}); is the cluster up and the kubeconfig's server right?"
 
 
 def api_message(err: BaseException) -> str:
@@ -120,8 +129,8 @@ class Cluster:
             return fn(*args, **kwargs)
         except ApiException as err:
             raise ClusterError(f"{what}: {api_message(err)}") from None
-        except OSError as err:  # urllib3 connection errors
-            raise ClusterError(f"{what}: cannot reach the API server ({err})") from None
+        except (OSError, HTTPError) as err:  # urllib3 connection errors (MaxRetryError after its retries)
+            raise ClusterError(f"{what}: {unreachable(err)}") from None
 
     # --- access and discovery ----------------------------------------------------------------
 

@@ -26,11 +26,13 @@ class Clusters:
     def __init__(self, out):
         self.out = out
 
-    def get(self, stack: str) -> cluster.Up:
-        """The stack's cluster (Pulumi.<stack>.yaml applied), brought up on first use."""
-        if stack not in _UP:
-            _UP[stack] = cluster.up(stack, out=self.out)
-        return _UP[stack]
+    def get(self, stack: str, instance: str = "shared") -> cluster.Up:
+        """The stack's cluster (Pulumi.<stack>.yaml applied), brought up on first use; another
+        ``instance`` is a cluster of its own (for a test that changes what others read)."""
+        key = f"{instance}/{stack}"
+        if key not in _UP:
+            _UP[key] = cluster.up(stack, out=self.out / instance)
+        return _UP[key]
 
 
 @pytest.fixture(scope="session")
@@ -38,7 +40,8 @@ def clusters(tmp_path_factory) -> Iterator[Clusters]:
     out = tmp_path_factory.mktemp("e2e-out")
     yield Clusters(out)
     for key in list(_UP):
-        cluster.down(key, out=out)
+        instance, stack = key.split("/")
+        cluster.down(stack, out=out / instance)
         del _UP[key]
 
 

@@ -90,3 +90,68 @@ def apply_waves(client: Client, waves: list[list[dict]], *, dry_run: bool = Fals
             for diff in differences(body, live):
                 problems.append(f"{label(obj)}: {diff}")
     return Outcome(applied, problems)
+
+
+def _at(obj: dict, path: str):
+    node = obj
+    for part in path.split("."):
+        if part == "*" or not isinstance(node, dict):
+            return node
+        node = node.get(part)
+    return node
+
+
+def redeploy(client: Client, old, new) -> Outcome:
+    """Apply the render ``new`` over a cluster holding ``old`` the way ``pulumi up`` would: objects
+    only in ``new`` are created and those only in ``old`` deleted; a changed object is replaced where
+    its resource says so (``replaceOnChanges`` on a changed path; deleted first with
+    ``deleteBeforeReplace``) and updated in place (server-side apply) otherwise, where the API
+    server's validation (immutable fields: CEL ``self == oldSelf``) is the judge."""
+    from k8s.resources import resource_name
+
+    before = {resource_name(o): o for o in old.objects}
+    problems: list[str] = []
+    applied = 0
+    for wave in new.waves:
+        for obj in wave:
+            name = resource_name(obj)
+            prior = before.get(name)
+            paths, delete_first = new.replace.get(name, ((), False))
+            replace = prior is not None and prior != obj and any(_at(prior, p) != _at(obj, p) for p in paths)
+            meta = obj["metadata"]
+            try:
+                if replace:
+                    if not delete_first:
+                        problems.append(f"{label(obj)}: replaced without deleteBeforeReplace, so Pulumi would create it while the old one (same name) exists")
+                        continue
+                    client.delete(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"), propagation="Foreground")
+                    _wait_gone(client, obj)
+                live = client.apply(obj)
+            except ApiError as err:
+                problems.append(f"{label(obj)}: refused by the API server (HTTP {err.status}): {err}")
+                continue
+            applied += 1
+            problems += [f"{label(obj)}: {d}" for d in differences({k: v for k, v in obj.items() if k != "status"}, live)]
+    after = {resource_name(o) for o in new.objects}
+    for name, obj in before.items():
+        if name not in after:
+            meta = obj["metadata"]
+            try:
+                client.delete(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
+            except ApiError as err:
+                problems.append(f"{label(obj)}: deleting it failed (HTTP {err.status}): {err}")
+    return Outcome(applied, problems)
+
+
+def _wait_gone(client: Client, obj: dict, timeout: float = 300) -> None:
+    """As Pulumi waits for a deleted object (the garbage collector finds a new CRD kind only at its
+    next discovery, every 30 s, before it deletes dependents in the foreground)."""
+    import time
+
+    meta = obj["metadata"]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if client.get_or_none(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace")) is None:
+            return
+        time.sleep(0.3)
+    raise ApiError(408, f"{label(obj)} still exists {timeout:.0f} s after its deletion (a finalizer holds it)")

@@ -49,6 +49,7 @@ class StackPlan:
     zones: list[str]
     access: list[Access]
     waves: list[list[dict]]  # Kubernetes objects, in the waves Pulumi would create them
+    replace: dict[str, tuple[tuple[str, ...], bool]] = field(default_factory=dict)  # Pulumi name -> (replaceOnChanges, deleteBeforeReplace)
 
     @property
     def kueue(self) -> Release | None:
@@ -151,6 +152,7 @@ def stack_plan(run: ProgramRun, region: str) -> StackPlan:
     access = [Access(r.inputs["principalArn"], tuple(r.inputs.get("kubernetesGroups") or ())) for r in run.by_type(ACCESS_ENTRY) if r.inputs.get("type", "STANDARD") == "STANDARD"]
     objs = manifests(run)  # file name (the object's Pulumi name + .yaml) -> object
     ordered = [[objs[_resource_name(reg) + ".yaml"] for reg in wave] for wave in waves(run)]
+    replace = {_resource_name(r): (tuple(r.replace_on_changes), r.delete_before_replace) for r in run.registrations if _is_manifest(r) and (r.replace_on_changes or r.delete_before_replace)}
     return StackPlan(
         stack=run.stack,
         kubernetes_version=str(cluster.get("version")),
@@ -160,6 +162,7 @@ def stack_plan(run: ProgramRun, region: str) -> StackPlan:
         zones=_zones(run, region),
         access=access,
         waves=ordered,
+        replace=replace,
     )
 
 

@@ -226,7 +226,11 @@ def _start(stack: str, d: pathlib.Path, plan: StackPlan, procs: Processes, units
         admin.request("PATCH", admin.path("v1", "Node", node["metadata"]["name"]) + "/status", body={"status": status}, content_type="application/merge-patch+json")
     kwok_cfg = [{"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration", "options": {
         "manageNodesWithAnnotationSelector": f"{components.KWOK_NODE_ANNOTATION}=fake", "nodeLeaseDurationSeconds": 40, "cidr": "10.244.0.0/16",
+        # the binary applies none of its configuration defaults to a --config file: all set here. The
+        # pods-on-node sync picks up pods bound to a node before kwok saw that node.
         "podPlayStageParallelism": 4, "nodePlayStageParallelism": 4, "nodeLeaseParallelism": 4, "podsOnNodeSyncParallelism": 2,
+        "enablePodsOnNodeSyncListPager": True, "enablePodsOnNodeSyncStreamWatch": False, "manageAllNodes": False,
+        "enableProfilingHandler": False, "enableContentionProfiling": False,
         # the kubelet API (pod logs) of every simulated node, on loopback with our certificate
         "nodeIP": "127.0.0.1", "nodePort": ports["kwok-kubelet"], "serverAddress": f"127.0.0.1:{ports['kwok-kubelet']}",
         "tlsCertFile": str(pkid / "webhook.crt"), "tlsPrivateKeyFile": str(pkid / "webhook.key"), "enableDebuggingHandlers": True}}]

@@ -1,0 +1,93 @@
+"""trainctl against a real API server with the real Trainer and JobSet: submit, list, status, logs,
+delete. (tests/test_trainctl.py keeps the recorded-answer tests for what a local cluster cannot
+show: another Trainer release's schema, API errors of a managed cluster.)"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.e2e.conftest import wait_for
+from tools.cluster.components import SIMULATED_POD_LOG
+from trainctl import cli
+
+STACK = "dev"
+NS = "training"
+
+
+@pytest.fixture(scope="module")
+def dev(clusters):
+    return clusters.get(STACK)
+
+
+def trainctl(capsys, up, *args) -> tuple[int, str, str]:
+    capsys.readouterr()
+    rc = cli.main([args[0], "--kubeconfig", str(up.kubeconfig), *args[1:]])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_submit_list_status_logs_delete(dev, capsys, tmp_path):
+    (tmp_path / "train.py").write_text("import torch.distributed as dist\nprint('rank up')\n")
+    rc, out, err = trainctl(capsys, dev, "submit", "-n", NS, "--nodes", "2", "--name", "e2e-trainctl", str(tmp_path), "--", "python", "train.py")
+    assert rc == 0, err
+    assert "trainjob/e2e-trainctl created" in out
+    client = dev.client()
+    # the real Trainer made its JobSet; the real JobSet controller its Jobs; pods run on Karpenter's nodes
+    wait_for("the JobSet of e2e-trainctl", lambda: client.get_or_none("jobset.x-k8s.io/v1alpha2", "JobSet", "e2e-trainctl", NS), dev)
+    def placed():
+        pods = [p for p in client.list("v1", "Pod", NS, label_selector="jobset.sigs.k8s.io/jobset-name=e2e-trainctl") if p["spec"].get("nodeName") and p["status"].get("phase") in ("Running", "Succeeded")]
+        return pods if len(pods) == 2 else None
+
+    wait_for("the 2 pods of e2e-trainctl started on nodes", placed, dev, timeout=180)
+
+    rc, out, err = trainctl(capsys, dev, "list", "-n", NS, "-o", "json")
+    assert rc == 0, err
+    assert "e2e-trainctl" in {j["name"] for j in json.loads(out)}
+
+    rc, out, err = trainctl(capsys, dev, "status", "-n", NS, "e2e-trainctl", "-o", "json")
+    assert rc == 0, err
+    status = json.loads(out)
+    assert status["name"] == "e2e-trainctl"
+
+    # logs come through the API server from the node's kubelet API (kwok's, for a simulated node)
+    rc, out, err = trainctl(capsys, dev, "logs", "-n", NS, "e2e-trainctl", "--node", "1")
+    assert rc == 0, err
+    assert SIMULATED_POD_LOG.split(" F ", 1)[1].strip() in out
+
+    rc, out, err = trainctl(capsys, dev, "delete", "-n", NS, "e2e-trainctl")
+    assert rc == 0, err
+    wait_for("e2e-trainctl and its JobSet gone", lambda: client.get_or_none("trainer.kubeflow.org/v1alpha1", "TrainJob", "e2e-trainctl", NS) is None
+             and client.get_or_none("jobset.x-k8s.io/v1alpha2", "JobSet", "e2e-trainctl", NS) is None, dev)
+    rc, out, err = trainctl(capsys, dev, "status", "-n", NS, "e2e-trainctl")
+    assert rc != 0 and "not found" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_namespace_comes_from_the_kubeconfig_context(dev, capsys, tmp_path):
+    kubeconfig = tmp_path / "kubeconfig"
+    import yaml
+
+    cfg = yaml.safe_load(dev.kubeconfig.read_text())
+    cfg["contexts"][0]["context"]["namespace"] = NS
+    kubeconfig.write_text(yaml.safe_dump(cfg))
+    capsys.readouterr()
+    rc = cli.main(["list", "--kubeconfig", str(kubeconfig), "-o", "json"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    assert {"ddp-mnist", "fsdp-t5"} <= {j["name"] for j in json.loads(out.out)}
+
+
+def test_an_unreachable_cluster_is_one_line(dev, capsys, tmp_path):
+    import yaml
+
+    cfg = yaml.safe_load(dev.kubeconfig.read_text())
+    cfg["clusters"][0]["cluster"]["server"] = "https://127.0.0.1:1"
+    bad = tmp_path / "kubeconfig"
+    bad.write_text(yaml.safe_dump(cfg))
+    capsys.readouterr()
+    rc = cli.main(["list", "-n", NS, "--kubeconfig", str(bad)])
+    err = capsys.readouterr().err
+    assert rc != 0
+    assert len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err
