@@ -121,6 +121,14 @@ def efa_layouts(efa: EfaSettings) -> dict[str, list[str]]:
     return dict(sorted(named.items()))
 
 
+def efa_pool_of(efa: EfaSettings, instance_type: str) -> str | None:
+    """The one EFA pool (NodePool, and Kueue flavor) that launches ``instance_type``; None when no
+    EFA pool does. A job names it: Kueue v0.19.2 matches a pod's selector only on the label keys of
+    the flavor it tries (``pkg/scheduler/flavorassigner/flavorassigner.go``), so a job selecting just
+    the EFA label would fit every EFA flavor, including pools whose types it cannot run."""
+    return next((name for name, types in efa_layouts(efa).items() if instance_type in types), None)
+
+
 def efa_node_pool(name: str, types: list[str], pool: GpuPoolSettings, efa: EfaSettings, node_class: NodeClassRef) -> dict:
     gpus = sum(catalog.lookup(t).gpus for t in types)
     return node_pool(

@@ -14,7 +14,7 @@ from typing import Any
 from infra import catalog
 from infra.settings import DEADLINE_INCOMPATIBLE_TRAINERS, DdpJobSettings, FsdpJobSettings, JobBase, JobSettings, NcclCheckSettings, Settings, TfJobSettings, job_gpus_per_node
 from k8s import trainer_api
-from k8s.gpu_objects import EFA_LABEL, GPU_POOL, POOL_LABEL, efa_devices_per_node
+from k8s.gpu_objects import EFA_LABEL, EFA_POOL, GPU_POOL, POOL_LABEL, efa_devices_per_node, efa_pool_of
 from k8s.runtimes import EFA_ENV, INITIALIZED_KEY_ENV, initialized_subpath, runtime_names
 from k8s.tenants import CHECKPOINT_CLAIM, QUEUE_LABEL
 from k8s.trainer_api import INITIALIZED_DATASET, INITIALIZED_MODEL
@@ -259,6 +259,8 @@ def trainjob(
     zone = job.availability_zone
     if efa_devices(job, settings):
         node_selector[EFA_LABEL] = "true"
+        # exactly the EFA pool of this type (every EFA flavor carries the EFA label: see efa_pool_of)
+        node_selector[POOL_LABEL] = efa_pool_of(settings.efa, job.instance_type) or EFA_POOL
         zone = zone or settings.efa.availability_zone  # EFA nodes live in that one AZ (config refuses another)
     elif queue is not None:
         node_selector[POOL_LABEL] = GPU_POOL  # else Kueue may place it in an EFA pool, whose types differ

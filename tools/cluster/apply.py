@@ -124,7 +124,7 @@ def redeploy(client: Client, old, new) -> Outcome:
                     if not delete_first:
                         problems.append(f"{label(obj)}: replaced without deleteBeforeReplace, so Pulumi would create it while the old one (same name) exists")
                         continue
-                    client.delete(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"), propagation="Foreground")
+                    client.delete(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))  # the API default: background
                     _wait_gone(client, obj)
                 live = client.apply(obj)
             except ApiError as err:

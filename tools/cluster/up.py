@@ -28,7 +28,7 @@ from tools.cluster import build, components, pki, sim
 from tools.cluster.apply import Outcome, apply_waves
 from tools.cluster.client import ApiError, Client
 from tools.cluster.plan import StackPlan, stack_plan
-from tools.cluster.procs import ProcessError, Processes, alive, free_port
+from tools.cluster.procs import ProcessError, Processes, alive, free_port, port_in_use
 
 PROJECT_DIR = pathlib.Path(__file__).resolve().parent.parent.parent
 LOCAL_MANAGER = "training-platform-local"  # field manager of what the harness itself applies
@@ -136,10 +136,14 @@ def up(stack: str, *, out: str | os.PathLike = "out", stack_config: dict | None 
     started = time.monotonic()
     d = cluster_dir(stack, out).resolve()
     check_stale(d, stack, echo)
+    from infra.stack_config import StackFileError
+
     try:
         run = run_program(str(PROJECT_DIR), stack, stack_config=stack_config)
-    except ProgramError as err:
-        raise UpError(f"rendering stack {stack} failed: {err}") from None
+    except FileNotFoundError:
+        raise UpError(f"no stack {stack}: Pulumi.{stack}.yaml does not exist") from None
+    except (ProgramError, StackFileError) as err:
+        raise UpError(f"rendering stack {stack} failed: {' '.join(str(err).split())}") from None
     region = _region(stack, stack_config)
     plan = stack_plan(run, region)
     with_kueue = plan.kueue is not None
@@ -170,9 +174,12 @@ def _start(stack: str, d: pathlib.Path, plan: StackPlan, procs: Processes, units
     kueue_u = units[5] if len(units) > 5 else None
     pkid = d / "pki"
     pki.make(pkid)
-    ports = {name: free_port() for name in ("etcd", "etcd-peer", "apiserver", "kcm", "scheduler", "jobset-webhook", "jobset-health", "trainer-webhook", "trainer-health", "kueue-webhook", "kueue-health", "karpenter-metrics", "karpenter-health", "kwok-kubelet")}
+    ports = {name: free_port() for name in ("etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "jobset-webhook", "jobset-health", "trainer-webhook", "trainer-health", "kueue-webhook", "kueue-health", "karpenter-metrics", "karpenter-health", "kwok-kubelet")}
+    for name, port in ports.items():
+        if port_in_use(port):
+            raise UpError(f"port {port} for {name} is in use (another process took it after it was chosen): run cluster-up again")
     procs.info["ports"] = ports
-    server = f"https://127.0.0.1:{ports['apiserver']}"
+    server = f"https://127.0.0.1:{ports['kube-apiserver']}"
     procs.info["server"] = server
     procs.save()
 
@@ -186,7 +193,7 @@ def _start(stack: str, d: pathlib.Path, plan: StackPlan, procs: Processes, units
     procs.wait("etcd", lambda: _get(f"http://127.0.0.1:{ports['etcd']}/health"), 30, f"http://127.0.0.1:{ports['etcd']}/health")
 
     procs.start("kube-apiserver", [str(k8s.path("kube-apiserver")),
-        f"--etcd-servers=http://127.0.0.1:{ports['etcd']}", "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={ports['apiserver']}",
+        f"--etcd-servers=http://127.0.0.1:{ports['etcd']}", "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={ports['kube-apiserver']}",
         f"--tls-cert-file={pkid / 'apiserver.crt'}", f"--tls-private-key-file={pkid / 'apiserver.key'}", f"--client-ca-file={pkid / 'ca.crt'}",
         "--service-account-issuer=https://kubernetes.default.svc", f"--service-account-key-file={pkid / 'sa.pub'}", f"--service-account-signing-key-file={pkid / 'sa.key'}",
         "--service-cluster-ip-range=10.96.0.0/16", "--authorization-mode=Node,RBAC", "--anonymous-auth=false", "--profiling=false", "--allow-privileged=true",
@@ -200,12 +207,12 @@ def _start(stack: str, d: pathlib.Path, plan: StackPlan, procs: Processes, units
     kc = str(kubeconfig)
 
     procs.start("kube-controller-manager", [str(k8s.path("kube-controller-manager")), f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
-        "--bind-address=127.0.0.1", f"--secure-port={ports['kcm']}", f"--service-account-private-key-file={pkid / 'sa.key'}", f"--root-ca-file={pkid / 'ca.crt'}",
+        "--bind-address=127.0.0.1", f"--secure-port={ports['kube-controller-manager']}", f"--service-account-private-key-file={pkid / 'sa.key'}", f"--root-ca-file={pkid / 'ca.crt'}",
         "--leader-elect=false", "--use-service-account-credentials=false", "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller", "--profiling=false"])
     procs.start("kube-scheduler", [str(k8s.path("kube-scheduler")), f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
-        "--bind-address=127.0.0.1", f"--secure-port={ports['scheduler']}", "--leader-elect=false", "--profiling=false"])
-    procs.wait("kube-controller-manager", lambda: _get(f"https://127.0.0.1:{ports['kcm']}/healthz", ctx=_insecure()), 60, "/healthz")
-    procs.wait("kube-scheduler", lambda: _get(f"https://127.0.0.1:{ports['scheduler']}/healthz", ctx=_insecure()), 60, "/healthz")
+        "--bind-address=127.0.0.1", f"--secure-port={ports['kube-scheduler']}", "--leader-elect=false", "--profiling=false"])
+    procs.wait("kube-controller-manager", lambda: _get(f"https://127.0.0.1:{ports['kube-controller-manager']}/healthz", ctx=_insecure()), 60, "/healthz")
+    procs.wait("kube-scheduler", lambda: _get(f"https://127.0.0.1:{ports['kube-scheduler']}/healthz", ctx=_insecure()), 60, "/healthz")
 
     # CRDs as the pinned releases ship them
     crds = components.crds(plan.trainer_version, kueue_u is not None)
