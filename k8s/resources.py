@@ -20,6 +20,7 @@ _BUILTIN_GROUPS = {
     "policy/v1": ("policy", "v1"),
     "batch/v1": ("batch", "v1"),
     "networking.k8s.io/v1": ("networking", "v1"),
+    "admissionregistration.k8s.io/v1": ("admissionregistration", "v1"),
 }
 
 

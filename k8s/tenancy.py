@@ -24,6 +24,7 @@ import versions
 from infra.cluster import Cluster
 from infra.settings import Settings
 from infra.storage import CheckpointStorage
+from k8s import admission
 from k8s import kueue as kq
 from k8s import tenants as tn
 from k8s.helm import release
@@ -89,6 +90,10 @@ class Tenants(pulumi.ComponentResource):
         self.namespaces: dict[str, str] = {}
         reader = self._apply(tn.runtime_reader_role())
         reader_binding = self._apply(tn.runtime_reader_binding(list(teams)), reader)
+        # what a team's TrainJob may change of its pods, checked by the API server (k8s/admission.py);
+        # in place before any team principal gets access
+        policy = self._apply(admission.trainjob_policy([p.name for p in kq.pools(settings)]))
+        policy_binding = self._apply(admission.trainjob_policy_binding(), policy)
         for team, tenant in teams.items():
             ns_name = settings.tenants.namespace_of(team)
             self.namespaces[team] = ns_name
@@ -109,7 +114,7 @@ class Tenants(pulumi.ComponentResource):
                     type="STANDARD",
                     kubernetes_groups=[tn.team_group(team)],
                     tags=tags,
-                    opts=pulumi.ResourceOptions(parent=self, depends_on=[binding, reader_binding]),
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[binding, reader_binding, policy_binding]),
                 )
                 if tenant.namespace_view_policy:
                     aws.eks.AccessPolicyAssociation(

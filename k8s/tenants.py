@@ -40,6 +40,10 @@ in every team namespace (each team's claim is bound to the team's own directory)
 TENANT_DIR = "tenants"
 """Directory of the checkpoint file system that holds one sub-directory per team."""
 POD_SECURITY_LABELS = {"pod-security.kubernetes.io/enforce": "baseline", "pod-security.kubernetes.io/warn": "restricted"}
+"""The platform's own namespaces that run root Jobs with a capability (the teams' directories)."""
+TEAM_POD_SECURITY_LABELS = {"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/warn": "restricted"}
+"""Team namespaces: Pod Security ``restricted`` (``baseline`` still allows ``nfs`` volumes and root);
+the runtimes' trainer pods run as the image's non-root user with no capabilities."""
 
 
 # The verbs and resources a team's principals get in their namespace (tests assert exactly these).
@@ -87,7 +91,7 @@ def namespace(ns: str, team: str) -> dict:
     if not DNS_LABEL_RE.match(ns):
         raise ValueError(f"namespace {ns!r} is not a DNS label")
     meta = _meta(ns, None, team)
-    meta["labels"].update(POD_SECURITY_LABELS)
+    meta["labels"].update(TEAM_POD_SECURITY_LABELS)
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
 
 

@@ -1,0 +1,152 @@
+"""Tenant isolation proven by attacks through the real API server, as a team's principal
+(impersonation with its access entry's groups): every escape is refused by RBAC, the admission
+policy (k8s/admission.py, evaluated by the API server) or Pod Security, each saying which field."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from k8s import trainer_api
+from tests.e2e.conftest import wait_for
+from tests.e2e.test_teams import STACK, TRAINJOB, _torch_runtime, as_team, submit, team_job
+from tools.cluster.client import ApiError
+
+
+@pytest.fixture(scope="module")
+def team(clusters):
+    up = clusters.get(STACK)
+    access = {a.groups[0].rsplit(":", 1)[-1]: a for a in up.plan.team_access()}
+    return up, as_team(up, access, "vision")
+
+
+def _hostile(tmp_path, up, name: str, change) -> tuple[dict, dict]:
+    configmap, job = team_job(tmp_path, "vision", name=name, runtime_name=_torch_runtime(up))
+    job = copy.deepcopy(job)
+    change(trainer_api.read_pod_customization(job["spec"]))
+    return configmap, job
+
+
+ESCAPES = {
+    "nfs-volume": (lambda ps: ps["volumes"].append({"name": "x", "nfs": {"server": "10.0.0.1", "path": "/"}}), "volumes"),
+    "host-path-volume": (lambda ps: ps["volumes"].append({"name": "x", "hostPath": {"path": "/var/run"}}), "volumes"),
+    "system-node-selector": (lambda ps: ps["nodeSelector"].update({"training-platform/node-role": "system"}), "nodeSelector"),
+    "system-pool": (lambda ps: ps["nodeSelector"].update({"training-platform/pool": "system-nodes"}), "nodeSelector.training-platform/pool"),
+    "node-affinity": (lambda ps: ps.update({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "eks.amazonaws.com/nodegroup", "operator": "Exists"}]}]}}}}), "affinity.nodeAffinity"),
+    "tolerate-all": (lambda ps: ps.update({"tolerations": [{"operator": "Exists"}]}), "tolerations"),
+    "privileged": (lambda ps: ps["containers"][0].update({"securityContext": {"privileged": True}}), "securityContext"),
+    "root": (lambda ps: ps.update({"securityContext": {"runAsUser": 0}}), "securityContext"),
+    "service-account": (lambda ps: ps.update({"serviceAccountName": "builder"}), "serviceAccountName"),
+}
+
+
+@pytest.mark.parametrize("escape", sorted(ESCAPES))
+def test_a_trainjob_that_escapes_its_pods_is_refused_naming_the_field(team, tmp_path, escape):
+    up, vision = team
+    change, field = ESCAPES[escape]
+    configmap, job = _hostile(tmp_path, up, f"escape-{escape}", change)
+    with pytest.raises(ApiError) as err:
+        submit(vision, configmap, job)
+    assert err.value.status in (403, 422), err.value
+    message = str(err.value)
+    assert "training-platform-team-trainjobs" in message or "runtimePatches" in message, message
+    assert field in message, message
+    assert up.client().get_or_none(*TRAINJOB, f"escape-{escape}", "vision") is None
+
+
+def test_host_namespaces_cannot_even_be_written(team, tmp_path):
+    """The patch's pod spec has no hostNetwork/hostPID (the CRD schema): the field never reaches a pod."""
+    up, vision = team
+    configmap, job = _hostile(tmp_path, up, "escape-host-network", lambda ps: ps.update({"hostNetwork": True, "hostPID": True}))
+    try:
+        submit(vision, configmap, job)
+    except ApiError as err:  # strict validation refuses it outright
+        assert "hostNetwork" in str(err) or "unknown field" in str(err), err
+        return
+    stored = up.client().get(*TRAINJOB, "escape-host-network", "vision")
+    assert "hostNetwork" not in str(stored) and "hostPID" not in str(stored)
+
+
+@pytest.mark.parametrize("kind", [("v1", "Pod"), ("batch/v1", "Job"), ("jobset.x-k8s.io/v1alpha2", "JobSet")])
+def test_a_team_cannot_bypass_the_queue_with_bare_pods_jobs_or_jobsets(team, kind):
+    up, vision = team
+    api_version, k = kind
+    obj = {"apiVersion": api_version, "kind": k, "metadata": {"name": "bypass", "namespace": "vision"}, "spec": {}}
+    with pytest.raises(ApiError) as err:
+        vision.create(obj)
+    assert err.value.status == 403, err.value
+
+
+def test_team_namespaces_enforce_restricted_pod_security(team):
+    up, _ = team
+    ns = up.client().get("v1", "Namespace", "vision")
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    # and the API server enforces it: a root pod is refused even for the admin
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "root-pod", "namespace": "vision"},
+           "spec": {"containers": [{"name": "c", "image": "busybox", "securityContext": {"runAsUser": 0}}]}}
+    with pytest.raises(ApiError) as err:
+        up.client().create(pod, dry_run=True)
+    assert err.value.status == 403 and "restricted" in str(err.value), err.value
+
+
+def test_a_normal_team_trainjob_is_admitted_and_runs_on_a_gpu_pool(team, tmp_path):
+    up, vision = team
+    configmap, job = team_job(tmp_path, "vision", nodes=2, name="vision-normal", runtime_name=_torch_runtime(up))
+    submit(vision, configmap, job)
+    admin = up.client()
+
+    def placed():
+        pods = admin.list("v1", "Pod", "vision", label_selector="jobset.sigs.k8s.io/jobset-name=vision-normal")
+        return pods if len(pods) == 2 and all(p["spec"].get("nodeName") for p in pods) else None
+
+    pods = wait_for("vision-normal's pods on nodes", placed, up, timeout=240)
+    for pod in pods:
+        node = admin.get("v1", "Node", pod["spec"]["nodeName"])
+        assert node["metadata"]["labels"].get("training-platform/pool") == "gpu-pool", node["metadata"]["labels"]
+    wait_for("vision-normal Complete", lambda: any(c["type"] == "Complete" and c["status"] == "True" for c in (admin.get(*TRAINJOB, "vision-normal", "vision").get("status") or {}).get("conditions") or []), up, timeout=240)
+
+
+def test_trainer_v2_1_pod_template_overrides_are_fenced_the_same_way(clusters, tmp_path):
+    """The workshop stack (Trainer v2.1.0) has no teams; the policy is applied there with a
+    team-labelled namespace, and v2.1's podTemplateOverrides shape is refused on the same fields."""
+    from k8s import admission
+    from k8s.tenants import TEAM_LABEL
+    from trainctl import code, objects
+
+    up = clusters.get("workshop")
+    admin = up.client()
+    admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-v21", "labels": {TEAM_LABEL: "team-v21"}}})
+    admin.apply(admission.trainjob_policy(["gpu-pool"]))
+    admin.apply(admission.trainjob_policy_binding())
+    runtime = next(o["metadata"]["name"] for o in up.plan.objects if o["kind"] == "ClusterTrainingRuntime" and o["metadata"]["labels"].get("training-platform/runtime") == "torch-distributed-gpu")
+    (tmp_path / "train.py").write_text("print(1)\n")
+    bundle = code.collect(tmp_path)
+
+    def job(name, change=None):
+        req = objects.Request(namespace="team-v21", nodes=1, command=["python", "train.py"], name=name, runtime_name=runtime, trainer_version="v2.1.0")
+        configmap, tj = objects.build(req, bundle)
+        assert "podTemplateOverrides" in tj["spec"]
+        if change:
+            change(trainer_api.read_pod_customization(tj["spec"]))
+        return configmap, tj
+
+    def refused(obj) -> str:
+        # a new policy takes a moment to be served by the API server's policy cache
+        def attempt():
+            try:
+                admin.create(obj, dry_run=True)
+            except ApiError as err:
+                return str(err)
+            return None
+
+        return wait_for("the policy to refuse", attempt, up, timeout=30)
+
+    configmap, _ = job("plain")
+    admin.create(configmap)
+    for name, (change, field) in sorted(ESCAPES.items()):
+        if name in ("system-pool",):
+            continue
+        message = refused(job(f"v21-{name}", change)[1])
+        assert "spec.podTemplateOverrides[].spec." + field in message, message
+    admin.create(job("plain")[1], dry_run=True)  # a plain job passes
