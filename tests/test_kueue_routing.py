@@ -18,7 +18,8 @@ from k8s import trainer_api
 from k8s.gpu_objects import POOL_LABEL
 from tests.conftest import dev_config, objects, run_config, stack_file
 from tools.cluster.apply import _quantity
-from trainctl import code, objects as trainctl_objects
+from trainctl import code
+from trainctl import objects as trainctl_objects
 
 TEAMS = {"vision": {"gpuQuota": 16, "principalArns": ["arn:aws:iam::123456789012:role/VisionTeam"]}, "nlp": {"gpuQuota": 8, "principalArns": ["arn:aws:iam::123456789012:role/NlpTeam"]}}
 

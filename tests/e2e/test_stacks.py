@@ -73,33 +73,38 @@ def test_trainjobs_run_on_nodes_that_fit_and_complete(clusters, stack):
     assert jobs, f"{stack} renders no TrainJob"
     pools = {p["spec"]["template"]["metadata"]["labels"].get("training-platform/pool"): p for p in up.plan.objects if p["kind"] == "NodePool"}
     for job in jobs:
-        ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
-        wait_for(f"the JobSet of {ns}/{name}", lambda: client.get_or_none(*JOBSET, name, ns), up, timeout=180)
-        if up.plan.kueue is not None:
-            workloads = wait_for(f"the admitted Workload of {ns}/{name}", lambda: [w for w in client.list(*WORKLOAD, ns)
-                                 if any(r["name"] == name for r in w["metadata"].get("ownerReferences", [])) and _conditions(w).get("Admitted", {}).get("status") == "True"], up, timeout=120)
-            for podset in workloads[0]["status"]["admission"]["podSetAssignments"]:
-                for flavor_name in set(podset.get("flavors", {}).values()):
-                    flavor = client.get("kueue.x-k8s.io/v1beta2", "ResourceFlavor", flavor_name)
-                    pool = (flavor["spec"].get("nodeLabels") or {}).get("training-platform/pool")
-                    if pool is None:
-                        continue  # the system-nodes flavor: the managed node groups
-                    itype = _instance_type(job)
-                    assert itype is None or _launchable(pools[pool], itype), f"{ns}/{name} ({itype}) admitted into flavor {flavor_name} whose NodePool cannot launch it"
+        _follow(up, client, job, pools)
 
-        def pods_placed():
-            pods = client.list("v1", "Pod", ns, label_selector=f"jobset.sigs.k8s.io/jobset-name={name}")
-            return pods if pods and all(p["spec"].get("nodeName") for p in pods) else None
 
-        pods = wait_for(f"the pods of {ns}/{name} bound to nodes", pods_placed, up, timeout=240)
-        for pod in pods:
-            node = client.get("v1", "Node", pod["spec"]["nodeName"])
-            assert node_satisfies(node, pod) == [], f"{pod['metadata']['name']} on {node['metadata']['name']}"
-            gpu = pod["spec"]["containers"][0].get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
-            if gpu:  # GPU pods land on nodes Karpenter launched from a twin of the stack's NodePool
-                pool = node["metadata"]["labels"].get("karpenter.sh/nodepool", "")
-                assert pool.startswith(sim.TWIN_PREFIX), node["metadata"]["labels"]
-        wait_for(f"{ns}/{name} Complete", lambda: _conditions(client.get(*TRAINJOB, name, ns)).get("Complete", {}).get("status") == "True", up, timeout=240)
+def _follow(up, client, job: dict, pools: dict[str, dict]) -> None:
+    """One TrainJob: its JobSet, its Workload's flavors (with Kueue), its pods on fitting nodes, Complete."""
+    ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
+    wait_for(f"the JobSet of {ns}/{name}", lambda: client.get_or_none(*JOBSET, name, ns), up, timeout=180)
+    if up.plan.kueue is not None:
+        workloads = wait_for(f"the admitted Workload of {ns}/{name}", lambda: [w for w in client.list(*WORKLOAD, ns)
+                             if any(r["name"] == name for r in w["metadata"].get("ownerReferences", [])) and _conditions(w).get("Admitted", {}).get("status") == "True"], up, timeout=120)
+        for podset in workloads[0]["status"]["admission"]["podSetAssignments"]:
+            for flavor_name in set(podset.get("flavors", {}).values()):
+                flavor = client.get("kueue.x-k8s.io/v1beta2", "ResourceFlavor", flavor_name)
+                pool = (flavor["spec"].get("nodeLabels") or {}).get("training-platform/pool")
+                if pool is None:
+                    continue  # the system-nodes flavor: the managed node groups
+                itype = _instance_type(job)
+                assert itype is None or _launchable(pools[pool], itype), f"{ns}/{name} ({itype}) admitted into flavor {flavor_name} whose NodePool cannot launch it"
+
+    def pods_placed():
+        pods = client.list("v1", "Pod", ns, label_selector=f"jobset.sigs.k8s.io/jobset-name={name}")
+        return pods if pods and all(p["spec"].get("nodeName") for p in pods) else None
+
+    pods = wait_for(f"the pods of {ns}/{name} bound to nodes", pods_placed, up, timeout=240)
+    for pod in pods:
+        node = client.get("v1", "Node", pod["spec"]["nodeName"])
+        assert node_satisfies(node, pod) == [], f"{pod['metadata']['name']} on {node['metadata']['name']}"
+        gpu = pod["spec"]["containers"][0].get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
+        if gpu:  # GPU pods land on nodes Karpenter launched from a twin of the stack's NodePool
+            pool = node["metadata"]["labels"].get("karpenter.sh/nodepool", "")
+            assert pool.startswith(sim.TWIN_PREFIX), node["metadata"]["labels"]
+    wait_for(f"{ns}/{name} Complete", lambda: _conditions(client.get(*TRAINJOB, name, ns)).get("Complete", {}).get("status") == "True", up, timeout=240)
 
 
 def _instance_type(job: dict) -> str | None:

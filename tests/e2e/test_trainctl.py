@@ -38,7 +38,8 @@ def test_submit_list_status_logs_delete(dev, capsys, tmp_path):
     wait_for("the JobSet of e2e-trainctl", lambda: client.get_or_none("jobset.x-k8s.io/v1alpha2", "JobSet", "e2e-trainctl", NS), dev)
     def placed():
         pods = [p for p in client.list("v1", "Pod", NS, label_selector="jobset.sigs.k8s.io/jobset-name=e2e-trainctl") if p["spec"].get("nodeName") and p["status"].get("phase") in ("Running", "Succeeded")]
-        return pods if len(pods) == 2 else None
+        # logs are fetched from the node's address, which kwok writes when it initializes the node
+        return pods if len(pods) == 2 and all(client.get("v1", "Node", p["spec"]["nodeName"])["status"].get("addresses") for p in pods) else None
 
     wait_for("the 2 pods of e2e-trainctl started on nodes", placed, dev, timeout=180)
 

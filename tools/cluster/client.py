@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import json
 import pathlib
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any
-
-import urllib.parse
 
 import urllib3
 
