@@ -15,6 +15,7 @@ raises them together as one :class:`ConfigErrors`.
 from __future__ import annotations
 
 import difflib
+import re
 import types
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -55,9 +56,29 @@ class ConfigErrors(ConfigError):
         return [e.key for e in self.errors]
 
 
+# A key named like a credential, or a value shaped like one (Hugging Face, GitHub, Slack, OpenAI-style
+# tokens, AWS access key ids, PEM keys), is never printed back: an error shows <redacted> instead.
+_SECRET_KEY = re.compile(r"(token|secret|passw(or)?d|api[-_]?key|credential|private[-_]?key|auth)", re.IGNORECASE)
+_SECRET_VALUE = re.compile(r"\b(hf_[A-Za-z0-9]{16,}|gh[pousr]_[A-Za-z0-9]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}|sk-[A-Za-z0-9_-]{20,}|A[KS]IA[0-9A-Z]{16})\b|-----BEGIN [A-Z ]*PRIVATE KEY-----")
+REDACTED = "<redacted>"
+
+
+def looks_secret(key: str, value: Any) -> bool:
+    if _SECRET_KEY.search(key.rsplit(".", 1)[-1].rsplit(":", 1)[-1]):
+        return True
+    if isinstance(value, str):
+        return bool(_SECRET_VALUE.search(value))
+    if isinstance(value, dict):
+        return any(looks_secret(str(k), v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(looks_secret(key, v) for v in value)
+    return False
+
+
 def _line(key: str, value: Any, allowed: str) -> str:
     full = key if ":" in key else f"{PROJECT}:{key}"  # aws:region and other namespaces as they are
-    return f"invalid config {full} = {value!r}: {allowed}"
+    shown = REDACTED if looks_secret(key, value) else repr(value)
+    return f"invalid config {full} = {shown}: {allowed}"
 
 
 def camel(name: str) -> str:

@@ -69,6 +69,29 @@ def _public_cidr(value: str) -> str | None:
     return None
 
 
+WIDEST_PUBLIC_CIDR = 8
+"""The widest block a public endpoint may allow without ``allowPublicAccessFromAnywhere``: a /8 is
+16.7 million addresses, one of the largest single allocations; anything wider is most of the internet."""
+
+
+def too_open(cidrs: list[str]) -> str | None:
+    """Why a list of CIDRs opens the endpoint to the internet, judged by the address space they
+    cover and not by the literal ``0.0.0.0/0`` (``[0.0.0.0/1, 128.0.0.0/1]`` is all of it); None if not."""
+    nets = []
+    for c in cidrs:
+        try:
+            nets.append(ipaddress.IPv4Network(c, strict=False))
+        except ValueError:
+            continue
+    covered = sum(n.num_addresses for n in ipaddress.collapse_addresses(nets))
+    if covered >= 2**32:
+        return "0.0.0.0/0 is all of IPv4" if "0.0.0.0/0" in cidrs else f"{', '.join(cidrs)} cover all of IPv4 (the same as 0.0.0.0/0)"
+    wide = [str(n) for n in nets if n.prefixlen < WIDEST_PUBLIC_CIDR]
+    if wide:
+        return f"{', '.join(wide)} {'is' if len(wide) == 1 else 'are'} wider than /{WIDEST_PUBLIC_CIDR} (a large part of the internet)"
+    return None
+
+
 def _cidr_list(values: list[str]) -> str | None:
     for v in values:
         if _public_cidr(v):
@@ -170,8 +193,8 @@ class ClusterSettings(Section):
         if self.endpoint_public_access:
             if not self.public_access_cidrs:
                 yield ConfigError(f"{path}.publicAccessCidrs", self.public_access_cidrs, "allowed: a non-empty list of CIDRs when endpointPublicAccess is true (or turn the public endpoint off)")
-            elif "0.0.0.0/0" in self.public_access_cidrs and not self.allow_public_access_from_anywhere:
-                yield ConfigError(f"{path}.publicAccessCidrs", self.public_access_cidrs, "0.0.0.0/0 is refused unless cluster.allowPublicAccessFromAnywhere is true; allowed: your networks' CIDRs")
+            elif (why := too_open(self.public_access_cidrs)) and not self.allow_public_access_from_anywhere:
+                yield ConfigError(f"{path}.publicAccessCidrs", self.public_access_cidrs, f"{why}: refused unless cluster.allowPublicAccessFromAnywhere is true; allowed: your networks' CIDRs")
         elif self.public_access_cidrs:
             yield ConfigError(f"{path}.publicAccessCidrs", self.public_access_cidrs, "allowed only when endpointPublicAccess is true")
         if len(set(self.admin_principal_arns)) != len(self.admin_principal_arns):

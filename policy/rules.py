@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from infra.settings import too_open
+
 REQUIRED_LOG_TYPES = {"api", "audit", "authenticator", "controllerManager", "scheduler"}
 SECRET_NAME = re.compile(r"(PASSWORD|PASSWD|SECRET|TOKEN|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIALS?)", re.I)
 GPU_FAMILY = re.compile(r"^(g|p)\d")
@@ -86,8 +88,8 @@ def public_endpoint_restricted(resources: list[Resource], config: dict) -> Itera
         cidrs = r.props.get("publicAccessCidrs") or []
         if not cidrs:
             yield Violation("public-endpoint-restricted", r.urn, "a public endpoint needs publicAccessCidrs (it defaults to 0.0.0.0/0)")
-        elif "0.0.0.0/0" in cidrs and not config.get("allowPublicEndpointAnywhere"):
-            yield Violation("public-endpoint-restricted", r.urn, "publicAccessCidrs contains 0.0.0.0/0 (set allowPublicEndpointAnywhere in the pack config to accept)")
+        elif (why := too_open(cidrs)) and not config.get("allowPublicEndpointAnywhere"):
+            yield Violation("public-endpoint-restricted", r.urn, f"publicAccessCidrs: {why} (set allowPublicEndpointAnywhere in the pack config to accept)")
 
 
 def control_plane_logging(resources: list[Resource], config: dict) -> Iterable[Violation]:

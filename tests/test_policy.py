@@ -49,6 +49,7 @@ BREAKS = [
     ("imdsv2-required", lambda res: mutate(res, "ManagedNodeGroup", lambda p: p.pop("enableIMDSv2"))),
     ("imdsv2-required", lambda res: mutate(res, ":EC2NodeClass", lambda p: p["spec"]["metadataOptions"].update(httpTokens="optional"))),
     ("public-endpoint-restricted", lambda res: mutate(res, "eks:index:Cluster", lambda p: p.update(publicAccessCidrs=["0.0.0.0/0"]))),
+    ("public-endpoint-restricted", lambda res: mutate(res, "eks:index:Cluster", lambda p: p.update(publicAccessCidrs=["0.0.0.0/1", "128.0.0.0/1"]))),
     ("public-endpoint-restricted", lambda res: mutate(res, "eks:index:Cluster", lambda p: p.pop("publicAccessCidrs"))),
     ("control-plane-logging", lambda res: mutate(res, "eks:index:Cluster", lambda p: p.update(enabledClusterLogTypes=["api"]))),
     ("gpu-nodepools-tainted", lambda res: mutate(res, ":NodePool", lambda p: p["spec"]["template"]["spec"].update(taints=[]))),

@@ -45,7 +45,11 @@ INVALID = [
     ({"cluster": {"name": "has spaces"}}, "cluster.name", "letters, digits"),
     ({"cluster": {"name": "x" * 101}}, "cluster.name", "1-100"),
     ({"cluster": {"endpointPublicAccess": True}}, "cluster.publicAccessCidrs", "non-empty"),
-    ({"cluster": {"endpointPublicAccess": True, "publicAccessCidrs": ["0.0.0.0/0"]}}, "cluster.publicAccessCidrs", "0.0.0.0/0 is refused"),
+    ({"cluster": {"endpointPublicAccess": True, "publicAccessCidrs": ["0.0.0.0/0"]}}, "cluster.publicAccessCidrs", "0.0.0.0/0 is all of IPv4: refused"),
+    # coverage of the address space, not the literal
+    ({"cluster": {"endpointPublicAccess": True, "publicAccessCidrs": ["0.0.0.0/1", "128.0.0.0/1"]}}, "cluster.publicAccessCidrs", "cover all of IPv4"),
+    ({"cluster": {"endpointPublicAccess": True, "publicAccessCidrs": ["0.0.0.0/2", "64.0.0.0/2", "128.0.0.0/2", "192.0.0.0/2"]}}, "cluster.publicAccessCidrs", "cover all of IPv4"),
+    ({"cluster": {"endpointPublicAccess": True, "publicAccessCidrs": ["64.0.0.0/3"]}}, "cluster.publicAccessCidrs", "wider than /8"),
     ({"cluster": {"endpointPublicAccess": True, "publicAccessCidrs": ["300.1.1.0/24"]}}, "cluster.publicAccessCidrs", "CIDR"),
     ({"cluster": {"publicAccessCidrs": ["203.0.113.0/24"]}}, "cluster.publicAccessCidrs", "endpointPublicAccess"),
     ({"cluster": {"adminPrincipalArns": ["admin"]}}, "cluster.adminPrincipalArns", "ARN"),
@@ -111,3 +115,17 @@ def test_values_of_the_wrong_kind_are_rejected():
         with pytest.raises(ConfigError) as err:
             load(raw)
         assert err.value.key == key
+
+
+TOKEN = "hf_" + "q" * 34  # shaped like a Hugging Face token
+
+
+@pytest.mark.parametrize("raw", [
+    {"trainjobs": {"fsdp": {"hfToken": TOKEN}}},  # a key named like a credential
+    {"trainjobs": {"fsdp": {"enabled": True, "image": f"registry.example.com/x:{TOKEN} latest"}}},  # a bad value holding one
+    {"trainjobs": {"fsdp": {"enabled": True, "extraArgs": ["--token", TOKEN], "epochs": "many"}}},
+])
+def test_a_config_error_never_echoes_a_secret(raw):
+    with pytest.raises(ConfigError) as err:
+        load_settings(raw, stack="dev", region="us-west-2")
+    assert TOKEN not in str(err.value)
