@@ -58,7 +58,7 @@ class ConfigErrors(ConfigError):
 
 # A key named like a credential, or a value shaped like one (Hugging Face, GitHub, Slack, OpenAI-style
 # tokens, AWS access key ids, PEM keys), is never printed back: an error shows <redacted> instead.
-_SECRET_KEY = re.compile(r"(token|secret|passw(or)?d|api[-_]?key|credential|private[-_]?key|auth)", re.IGNORECASE)
+_SECRET_KEY = re.compile(r"(token|secret|passw(or)?d|api[-_]?key|credentials?|private[-_]?key)$", re.IGNORECASE)  # the name ends so
 _SECRET_VALUE = re.compile(r"\b(hf_[A-Za-z0-9]{16,}|gh[pousr]_[A-Za-z0-9]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}|sk-[A-Za-z0-9_-]{20,}|A[KS]IA[0-9A-Z]{16})\b|-----BEGIN [A-Z ]*PRIVATE KEY-----")
 REDACTED = "<redacted>"
 

@@ -632,7 +632,10 @@ class KueueSettings(Section):
         None, "Kueue queues every TrainJob (teams' and the stack's) in one cohort; unset = on when tenants are configured and trainer.version supports it (not v2.1.0)"
     )
     pods_ready_timeout: str = opt(
-        "30m", "an admitted TrainJob whose pods are not all running by then is suspended and requeued (all-or-nothing: waitForPodsReady.timeout)", check=_pattern(re.compile(r"^(\d+(s|m|h))+$"), "a duration such as 30m or 1h")
+        "30m", "an admitted TrainJob whose pods are not all running by then is suspended and requeued (all-or-nothing: waitForPodsReady.timeout); Kueue counts the initializers' downloads inside it, so allow for node launch, image pull and the largest download", check=_pattern(re.compile(r"^(\d+(s|m|h))+$"), "a duration such as 30m or 1h")
+    )
+    requeue_limit: Int = opt(
+        3, "times a job that timed out waiting for its pods is requeued before Kueue deactivates it (waitForPodsReady.requeuingStrategy.backoffLimitCount): it then ends with reason RequeuingLimitExceeded instead of holding quota in a loop", check=_range(0, 100)
     )
 
 

@@ -207,7 +207,9 @@ def manager_config(settings: Settings) -> dict[str, Any]:
             "timeout": settings.kueue.pods_ready_timeout,
             "blockAdmission": False,
             # requeued behind the jobs that waited longer, with exponential backoff from 60 s
-            "requeuingStrategy": {"timestamp": "Eviction", "backoffBaseSeconds": 60, "backoffMaxSeconds": 3600},
+            # and deactivated after requeueLimit evictions (kueue v0.19.2 apis/config/v1beta2/defaults.go
+            # leaves backoffLimitCount unset: requeued forever), with reason RequeuingLimitExceeded
+            "requeuingStrategy": {"timestamp": "Eviction", "backoffBaseSeconds": 60, "backoffMaxSeconds": 3600, "backoffLimitCount": settings.kueue.requeue_limit},
         },
     }
 

@@ -315,3 +315,13 @@ def test_directories_under_initializer_sub_paths_stay_readable_for_the_training_
     for script in (owner_script(1000), tn.tenant_dirs_script(["vision", "nlp"], 1000)):
         modes = re.findall(r"chmod (0[0-7]{3})", script)
         assert modes and all(int(m, 8) & 0o005 == 0o005 for m in modes), script
+
+
+def test_a_job_that_never_starts_ends_after_the_requeue_limit():
+    """waitForPodsReady requeues forever unless backoffLimitCount is set (kueue v0.19.2
+    apis/config/v1beta2/defaults.go); the stack sets it from kueue.requeueLimit."""
+    for limit in (3, 0):
+        run = two_teams(kueue={"requeueLimit": limit})
+        release = next(r for r in run.by_type(HELM) if r.name == "kueue")
+        config = yaml.safe_load(release.inputs["values"]["managerConfig"]["controllerManagerConfigYaml"])
+        assert config["waitForPodsReady"]["requeuingStrategy"]["backoffLimitCount"] == limit
