@@ -168,6 +168,7 @@ class Cluster(pulumi.ComponentResource):
         self.node_role = role
         self.node_groups = {}
         for key, ng in (("arm", self._s.node_groups.arm), ("x86", self._s.node_groups.x86)):
+            template = self._create_launch_template(f"{name}-{key}", ng.disk_size_gib)
             self.node_groups[key] = eks.ManagedNodeGroup(
                 f"{name}-{key}",
                 cluster=self.eks_cluster,
@@ -178,12 +179,34 @@ class Cluster(pulumi.ComponentResource):
                 capacity_type="ON_DEMAND",
                 scaling_config=aws.eks.NodeGroupScalingConfigArgs(min_size=ng.min_size, max_size=ng.max_size, desired_size=ng.desired_size),
                 subnet_ids=network.private_subnet_ids,
-                disk_size=ng.disk_size_gib,
-                enable_imd_sv2=True,
+                # our own launch template: pulumi-eks's enableIMDSv2 template sets hop limit 2
+                # (nodejs/eks/nodes/nodegroup.ts), which lets pods read the node role's credentials
+                launch_template=aws.eks.NodeGroupLaunchTemplateArgs(id=template.id, version=template.latest_version.apply(str)),
                 labels={ARCH_LABEL: ng.ARCH, NODE_ROLE_LABEL: "system"},
                 tags=self._tags,
                 opts=pulumi.ResourceOptions(parent=self),
             )
+
+
+    def _create_launch_template(self, name: str, disk_size_gib: int) -> aws.ec2.LaunchTemplate:
+        """The managed node groups' launch template: IMDSv2 only with a hop limit of 1 (a pod, one hop
+        further than the node, gets no answer from the instance metadata service and so none of the
+        node role's credentials), and an encrypted gp3 root volume. No AMI: EKS picks the group's."""
+        return aws.ec2.LaunchTemplate(
+            f"{name}-lt",
+            description="training-platform managed node group: IMDSv2, hop limit 1, encrypted root volume",
+            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=NODE_METADATA_HOP_LIMIT, instance_metadata_tags="disabled"),
+            block_device_mappings=[aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+                device_name="/dev/xvda",
+                ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(volume_size=disk_size_gib, volume_type="gp3", encrypted="true", delete_on_termination="true"),
+            )],
+            tag_specifications=[aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=t, tags=self._tags) for t in ("instance", "volume")],
+            tags=self._tags,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+
+
+NODE_METADATA_HOP_LIMIT = 1
 
 
 def iam_principal_of(caller_arn: str) -> str:

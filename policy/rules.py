@@ -71,14 +71,18 @@ def node_groups_in_private_subnets(resources: list[Resource], config: dict) -> I
 
 def imdsv2_required(resources: list[Resource], config: dict) -> Iterable[Violation]:
     for r in resources:
-        if r.type == "eks:index:ManagedNodeGroup" and r.props.get("enableIMDSv2") is not True:
-            yield Violation("imdsv2-required", r.urn, f"node group {r.name} must set enableIMDSv2")
+        # pulumi-eks's enableIMDSv2 template has hop limit 2 (pods reach the node's credentials):
+        # a managed node group must bring its own launch template, checked below
+        if r.type == "eks:index:ManagedNodeGroup" and not r.props.get("launchTemplate"):
+            yield Violation("imdsv2-required", r.urn, f"node group {r.name} must use the platform's launch template (IMDSv2, hop limit 1)")
         if _kind(r) == "EC2NodeClass":
             tokens = ((r.props.get("spec") or {}).get("metadataOptions") or {}).get("httpTokens")
             if tokens != "required":
                 yield Violation("imdsv2-required", r.urn, f"EC2NodeClass {r.name} must set metadataOptions.httpTokens: required")
-        if r.type == "aws:ec2/launchTemplate:LaunchTemplate" and (r.props.get("metadataOptions") or {}).get("httpTokens") != "required":
-            yield Violation("imdsv2-required", r.urn, f"launch template {r.name} must require IMDSv2 tokens")
+        if r.type == "aws:ec2/launchTemplate:LaunchTemplate":
+            options = r.props.get("metadataOptions") or {}
+            if options.get("httpTokens") != "required" or int(options.get("httpPutResponseHopLimit") or 2) != 1:
+                yield Violation("imdsv2-required", r.urn, f"launch template {r.name} must require IMDSv2 tokens with a hop limit of 1")
 
 
 def public_endpoint_restricted(resources: list[Resource], config: dict) -> Iterable[Violation]:

@@ -99,9 +99,16 @@ def test_node_groups_arm_and_x86_in_private_subnets_with_imdsv2():
     assert groups["eks-x86"]["amiType"] == "AL2023_x86_64_STANDARD"
     assert groups["eks-arm"]["instanceTypes"] == ["c7g.2xlarge"]
     assert groups["eks-x86"]["instanceTypes"] == ["c6i.2xlarge"]
-    for g in groups.values():
+    templates = {r.name: r for r in run.by_type("aws:ec2/launchTemplate:LaunchTemplate")}
+    for name, g in groups.items():
         assert set(g["subnetIds"]) == subnet_ids
-        assert g["enableIMDSv2"] is True
+        # our launch template, not pulumi-eks's enableIMDSv2 one (hop limit 2: nodejs/eks/nodes/nodegroup.ts)
+        assert "enableIMDSv2" not in g and "diskSize" not in g
+        template = templates[f"{name}-lt"]
+        assert g["launchTemplate"]["id"] == template.id
+        assert template.inputs["metadataOptions"] == {"httpEndpoint": "enabled", "httpTokens": "required", "httpPutResponseHopLimit": 1, "instanceMetadataTags": "disabled"}
+        ebs = template.inputs["blockDeviceMappings"][0]["ebs"]
+        assert ebs["encrypted"] == "true" and ebs["volumeSize"] == 50 and ebs["volumeType"] == "gp3"
         assert g["scalingConfig"] == {"minSize": 2, "maxSize": 4, "desiredSize": 2}
     assert groups["eks-arm"]["labels"]["training-platform/arch"] == "arm64"
     assert groups["eks-x86"]["labels"]["training-platform/arch"] == "amd64"

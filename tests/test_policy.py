@@ -46,7 +46,8 @@ def _public_subnet_for_node_groups(res):
 BREAKS = [
     ("node-groups-private", _public_subnet_for_node_groups),
     ("node-groups-private", lambda res: mutate(res, "eks:index:Cluster", lambda p: p.update(nodeAssociatePublicIpAddress=True))),
-    ("imdsv2-required", lambda res: mutate(res, "ManagedNodeGroup", lambda p: p.pop("enableIMDSv2"))),
+    ("imdsv2-required", lambda res: mutate(res, "ManagedNodeGroup", lambda p: p.pop("launchTemplate"))),
+    ("imdsv2-required", lambda res: mutate(res, "launchTemplate:LaunchTemplate", lambda p: p["metadataOptions"].update(httpPutResponseHopLimit=2))),
     ("imdsv2-required", lambda res: mutate(res, ":EC2NodeClass", lambda p: p["spec"]["metadataOptions"].update(httpTokens="optional"))),
     ("public-endpoint-restricted", lambda res: mutate(res, "eks:index:Cluster", lambda p: p.update(publicAccessCidrs=["0.0.0.0/0"]))),
     ("public-endpoint-restricted", lambda res: mutate(res, "eks:index:Cluster", lambda p: p.update(publicAccessCidrs=["0.0.0.0/1", "128.0.0.0/1"]))),
