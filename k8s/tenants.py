@@ -120,13 +120,45 @@ def limit_range(ns: str, team: str) -> dict:
 
 
 def network_policy(ns: str, team: str) -> dict:
+    """The team's ingress fence (see :func:`ingress_policy`)."""
+    return ingress_policy(ns, {TEAM_LABEL: team})
+
+
+# Egress a training pod has no business with: the private ranges (other namespaces' pods and the
+# nodes sit in the VPC's), link-local (169.254.169.254 the instance metadata service with the node
+# role's credentials, 169.254.170.23 the Pod Identity agent) and carrier-grade NAT (custom pod networking).
+NON_PUBLIC_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "100.64.0.0/10")
+DNS = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}, "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}
+
+
+def egress_policy(ns: str, labels: dict[str, str]) -> dict:
+    """What the namespace's pods may reach: each other (rendezvous, NCCL/Gloo), cluster DNS, and the
+    public internet (dataset and model downloads, pip); not other namespaces, the nodes or the
+    instance metadata service. Enforced by the VPC CNI's network-policy agent (on with teams)."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "egress", "namespace": ns, "labels": dict(labels)},
+        "spec": {
+            "podSelector": {},
+            "policyTypes": ["Egress"],
+            "egress": [
+                {"to": [{"podSelector": {}}]},
+                {"to": [DNS], "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
+                {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": list(NON_PUBLIC_RANGES)}}]},
+            ],
+        },
+    }
+
+
+def ingress_policy(ns: str, labels: dict[str, str], name: str = "team-isolation") -> dict:
     """Every pod of the namespace accepts ingress only from pods of the same namespace: an empty
     ``podSelector`` in a ``from`` entry without ``namespaceSelector`` means this namespace's pods
     (Kubernetes NetworkPolicy semantics), on every port."""
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": _meta("team-isolation", ns, team),
+        "metadata": {"name": name, "namespace": ns, "labels": dict(labels)},
         "spec": {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": [{"from": [{"podSelector": {}}]}]},
     }
 

@@ -48,8 +48,9 @@ def test_two_teams_get_namespace_quota_queue_limits_isolation_and_access():
         assert int(rq["spec"]["hard"]["requests.nvidia.com/gpu"]) >= gpus  # with Kueue: the borrowing ceiling
         (lr,) = of_kind(run, "LimitRange", team)
         assert lr["spec"]["limits"][0]["defaultRequest"] == tn.DEFAULT_REQUESTS and lr["spec"]["limits"][0]["default"]["memory"]
-        (netpol,) = of_kind(run, "NetworkPolicy", team)
-        assert netpol["spec"]["policyTypes"] == ["Ingress"]
+        netpols = {p["metadata"]["name"]: p for p in of_kind(run, "NetworkPolicy", team)}
+        assert set(netpols) == {"team-isolation", "egress"}
+        assert netpols["team-isolation"]["spec"]["policyTypes"] == ["Ingress"] and netpols["egress"]["spec"]["policyTypes"] == ["Egress"]
         (binding,) = of_kind(run, "RoleBinding", team)
         assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": tn.team_group(team)}]
         assert binding["roleRef"]["kind"] == "Role"  # never a ClusterRole
@@ -130,7 +131,7 @@ def _admits(policy: dict, *, source_ns: str) -> bool:
 def test_network_policy_admits_own_namespace_and_denies_other_teams():
     run = two_teams()
     for team, other in (("vision", "nlp"), ("nlp", "vision")):
-        (policy,) = of_kind(run, "NetworkPolicy", team)
+        (policy,) = [p for p in of_kind(run, "NetworkPolicy", team) if p["metadata"]["name"] == "team-isolation"]
         assert policy["spec"]["podSelector"] == {}  # every pod of the namespace
         assert _admits(policy, source_ns=team)
         assert not _admits(policy, source_ns=other)
@@ -325,3 +326,42 @@ def test_a_job_that_never_starts_ends_after_the_requeue_limit():
         release = next(r for r in run.by_type(HELM) if r.name == "kueue")
         config = yaml.safe_load(release.inputs["values"]["managerConfig"]["controllerManagerConfigYaml"])
         assert config["waitForPodsReady"]["requeuingStrategy"]["backoffLimitCount"] == limit
+
+
+def _egress_allows(policy: dict, *, ip: str | None = None, namespace: str | None = None, own: bool = False, port: int | None = None) -> bool:
+    """NetworkPolicy egress semantics for the subset the platform writes."""
+    import ipaddress
+
+    for rule in policy["spec"]["egress"]:
+        if port is not None and rule.get("ports") and port not in [p["port"] for p in rule["ports"]]:
+            continue
+        for peer in rule.get("to", []):
+            if own and peer == {"podSelector": {}}:
+                return True
+            if namespace and peer.get("namespaceSelector", {}).get("matchLabels", {}).get("kubernetes.io/metadata.name") == namespace:
+                return True
+            if ip and "ipBlock" in peer:
+                addr = ipaddress.ip_address(ip)
+                if addr in ipaddress.ip_network(peer["ipBlock"]["cidr"]) and not any(addr in ipaddress.ip_network(e) for e in peer["ipBlock"].get("except", [])):
+                    return True
+    return False
+
+
+@pytest.mark.parametrize("ns", ["vision", "nlp", "training"])
+def test_egress_reaches_own_pods_dns_and_the_internet_but_not_metadata_nodes_or_other_namespaces(ns):
+    run = two_teams()
+    (policy,) = [p for p in of_kind(run, "NetworkPolicy", ns) if p["metadata"]["name"] == "egress"]
+    assert policy["spec"]["podSelector"] == {} and policy["spec"]["policyTypes"] == ["Egress"]
+    assert _egress_allows(policy, own=True)
+    assert _egress_allows(policy, namespace="kube-system", port=53)
+    assert _egress_allows(policy, ip="18.239.50.1")  # a public host (huggingface.co, PyPI, ...)
+    assert not _egress_allows(policy, ip="169.254.169.254")  # the instance metadata service (node role credentials)
+    assert not _egress_allows(policy, ip="169.254.170.23")  # the Pod Identity agent
+    assert not _egress_allows(policy, ip="10.10.5.7")  # a node or another namespace's pod in the VPC
+    assert not _egress_allows(policy, namespace="nlp" if ns != "nlp" else "vision")
+
+
+def test_the_training_namespace_is_fenced_only_when_teams_share_the_cluster():
+    (ingress,) = [p for p in of_kind(two_teams(), "NetworkPolicy", "training") if p["metadata"]["name"] == "namespace-isolation"]
+    assert _admits(ingress, source_ns="training") and not _admits(ingress, source_ns="vision")
+    assert of_kind(run_config(dev_config()), "NetworkPolicy", "training") == []

@@ -11,6 +11,7 @@ from infra.storage import CheckpointStorage
 from k8s import kueue as kq
 from k8s.resources import apply_manifest
 from k8s.tenancy import Kueue
+from k8s import tenants as tn
 from k8s.tenants import LOCAL_QUEUE
 from k8s.trainer import Trainer
 from k8s.volume_setup import checkpoint_owner_job
@@ -41,6 +42,12 @@ class TrainJobs(pulumi.ComponentResource):
             return pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[d for d in deps if d is not None], **kw)
 
         ns = apply_manifest(tj.namespace(ns_name), o())
+        if settings.tenants.teams():
+            # with teams on the cluster, the stack's jobs are fenced like a team's (their rendezvous
+            # ports closed to other namespaces, no path to the nodes' credentials)
+            labels = {"training-platform/component": "trainjobs"}
+            for policy in (tn.ingress_policy(ns_name, labels, name="namespace-isolation"), tn.egress_policy(ns_name, labels)):
+                apply_manifest(policy, o(ns))
         files = tj.code_files()
         code = apply_manifest(tj.code_configmap(ns_name, files), o(ns))
         pv_manifest, pvc_manifest = tj.checkpoint_volume(ns=ns_name, storage_type=storage.type, volume_handle=storage.volume_handle, capacity_gib=storage.capacity_gib, attributes=storage.attributes)
