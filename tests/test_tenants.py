@@ -365,3 +365,16 @@ def test_the_training_namespace_is_fenced_only_when_teams_share_the_cluster():
     (ingress,) = [p for p in of_kind(two_teams(), "NetworkPolicy", "training") if p["metadata"]["name"] == "namespace-isolation"]
     assert _admits(ingress, source_ns="training") and not _admits(ingress, source_ns="vision")
     assert of_kind(run_config(dev_config()), "NetworkPolicy", "training") == []
+
+
+def test_every_checkpoint_volume_is_pre_bound_to_the_claim_that_names_it():
+    """A PersistentVolume without claimRef goes to the first claim naming it (volumeName), from any
+    namespace: each is pre-bound, and the claim and volume point at each other."""
+    objs = list(objects(two_teams()).values())
+    claims = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in objs if c["kind"] == "PersistentVolumeClaim"}
+    volumes = [v for v in objs if v["kind"] == "PersistentVolume"]
+    assert len(volumes) == len(claims) >= 4
+    for pv in volumes:
+        ref = pv["spec"]["claimRef"]
+        claim = claims[(ref["namespace"], ref["name"])]
+        assert claim["spec"]["volumeName"] == pv["metadata"]["name"]

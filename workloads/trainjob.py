@@ -124,7 +124,8 @@ def code_configmap(ns: str, files: Mapping[str, str | bytes]) -> dict:
 
 
 def checkpoint_volume(*, ns: str, storage_type: str, volume_handle: Any, capacity_gib: int, attributes: dict | None = None) -> tuple[dict, dict]:
-    """A static PersistentVolume on the program-created file system, and the RWX claim bound to it."""
+    """A static PersistentVolume on the program-created file system, pre-bound to the RWX claim
+    that names it (the two point at each other, so no other claim can take the volume)."""
     pv_name = f"{ns}-checkpoints"
     csi: dict[str, Any] = {"driver": "fsx.csi.aws.com" if storage_type == "fsx" else "efs.csi.aws.com", "volumeHandle": volume_handle}
     if attributes:
@@ -135,6 +136,9 @@ def checkpoint_volume(*, ns: str, storage_type: str, volume_handle: Any, capacit
         "persistentVolumeReclaimPolicy": "Retain",
         "storageClassName": "",
         "csi": csi,
+        # pre-bound to its claim: without claimRef, a claim of another namespace naming this volume
+        # (volumeName) could bind it first and read another team's checkpoints
+        "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": ns, "name": CHECKPOINT_CLAIM},
     }
     if storage_type == "fsx":
         pv_spec["mountOptions"] = ["flock"]
