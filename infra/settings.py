@@ -531,6 +531,10 @@ class CheckpointStorageSettings(Section):
     type: str = opt("fsx", "durable RWX checkpoint volume", choices=("fsx", "efs"))
     capacity_gib: Int = opt(1200, "FSx for Lustre capacity (1200 or a multiple of 2400)", check=lambda v: None if v == 1200 or (v > 0 and v % 2400 == 0) else "allowed: 1200 or a multiple of 2400")
     throughput_per_tib: Int = opt(250, "FSx PERSISTENT_2 throughput per TiB (MB/s)", choices=(125, 250, 500, 1000))
+    backup_retention_days: Int = opt(
+        7, "daily automatic backups of the checkpoint file system, kept this many days (FSx automaticBackupRetentionDays, at most 90; EFS: AWS Backup's daily plan, kept 35 days, on when not 0); FSx also keeps a final backup when the file system is deleted", check=_range(0, 90)
+    )
+    protect: Bool = opt(False, "Pulumi refuses to delete or replace the checkpoint file system (resource protection) until this is turned off")
 
 
 def system_namespaces() -> dict[str, str]:

@@ -91,8 +91,15 @@ class CheckpointStorage(pulumi.ComponentResource):
             per_unit_storage_throughput=cfg.throughput_per_tib,
             file_system_type_version="2.15",
             data_compression_type="LZ4",
+            # daily backups, and a final one when the file system is deleted (the provider's default
+            # skips it): `pulumi destroy` keeps the checkpoints as a backup
+            automatic_backup_retention_days=cfg.backup_retention_days,
+            daily_automatic_backup_start_time="03:00" if cfg.backup_retention_days else None,
+            copy_tags_to_backups=True,
+            skip_final_backup=False,
+            final_backup_tags={**self._tags, "training-platform/final-backup": f"{self._cluster.name}-checkpoints"},
             tags={**self._tags, "Name": f"{self._cluster.name}-checkpoints"},
-            opts=self._opts(),
+            opts=self._opts(protect=cfg.protect),
         )
         self._addon(name, "aws-fsx-csi-driver", versions.FSX_CSI_ADDON_VERSION)
         self.volume_handle = fs.id
@@ -102,10 +109,13 @@ class CheckpointStorage(pulumi.ComponentResource):
 
     def _create_efs(self, name: str) -> None:
         sg = self._security_group(name, NFS_PORTS, servers_connect_back=False)
+        cfg = self._s.trainjobs.checkpoint_storage
         fs = aws.efs.FileSystem(
             f"{name}-efs", encrypted=True, performance_mode="generalPurpose", throughput_mode="elastic",
-            tags={**self._tags, "Name": f"{self._cluster.name}-checkpoints"}, opts=self._opts(),
+            tags={**self._tags, "Name": f"{self._cluster.name}-checkpoints"}, opts=self._opts(protect=cfg.protect),
         )
+        # AWS Backup's default daily plan for EFS (recovery points outlive the file system)
+        aws.efs.BackupPolicy(f"{name}-efs-backup", file_system_id=fs.id, backup_policy=aws.efs.BackupPolicyBackupPolicyArgs(status="ENABLED" if cfg.backup_retention_days else "DISABLED"), opts=self._opts())
         count = self._s.network.az_count if self._s.network.create_vpc else len(self._s.network.private_subnet_ids)
         for i in range(count):
             aws.efs.MountTarget(f"{name}-efs-{i}", file_system_id=fs.id, subnet_id=self._network.private_subnet_ids.apply(lambda ids, i=i: ids[i]), security_groups=[sg.id], opts=self._opts())

@@ -83,3 +83,16 @@ def test_security_group_model_fails_without_the_reverse_rules(port):
     fs = _fs_group(run, "checkpoints-sg")
     rules.ingress = [r for r in rules.ingress if not (r[0] == CLUSTER_SG and r[1] == fs)]
     assert not rules.allows(fs, CLUSTER_SG, port)
+
+
+def test_checkpoints_are_backed_up_and_outlive_a_destroy():
+    """Daily backups with the configured retention and a final backup on delete (pulumi-aws's
+    LustreFileSystem skips it unless skipFinalBackup is false); prod protects the file system."""
+    fsx = run_stack("dev").one("aws:fsx/lustreFileSystem:LustreFileSystem").inputs
+    assert fsx["automaticBackupRetentionDays"] == 7 and fsx["skipFinalBackup"] is False and fsx["copyTagsToBackups"] is True
+    prod = run_stack("prod")
+    assert prod.one("aws:fsx/lustreFileSystem:LustreFileSystem").inputs["automaticBackupRetentionDays"] == 30
+    efs = run_config(dev_config(trainjobs={"checkpointStorage": {"type": "efs"}}))
+    assert efs.one("aws:efs/backupPolicy:BackupPolicy").inputs["backupPolicy"] == {"status": "ENABLED"}
+    off = run_config(dev_config(trainjobs={"checkpointStorage": {"type": "efs", "backupRetentionDays": 0}}))
+    assert off.one("aws:efs/backupPolicy:BackupPolicy").inputs["backupPolicy"] == {"status": "DISABLED"}
