@@ -99,7 +99,7 @@ class Tenants(pulumi.ComponentResource):
             self.namespaces[team] = ns_name
             ns = self._apply(tn.namespace(ns_name, team))
             gpu_cap = kq.gpu_ceiling(settings) if kueue else (tenant.gpu_quota or 0)
-            manifests = (tn.resource_quota(ns_name, team, tenant, gpu_cap=gpu_cap, kueue=kueue is not None), tn.limit_range(ns_name, team), tn.network_policy(ns_name, team), tn.egress_policy(ns_name, {tn.TEAM_LABEL: team}), tn.role(ns_name, team))
+            manifests = (tn.resource_quota(ns_name, team, tenant, gpu_cap=gpu_cap, kueue=kueue is not None, storage_gib=storage.capacity_gib), tn.limit_range(ns_name, team), tn.network_policy(ns_name, team), tn.egress_policy(ns_name, {tn.TEAM_LABEL: team}), tn.role(ns_name, team))
             for manifest in manifests:
                 self._apply(manifest, ns)
             binding = self._apply(tn.role_binding(ns_name, team), ns)

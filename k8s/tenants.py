@@ -95,13 +95,18 @@ def namespace(ns: str, team: str) -> dict:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
 
 
-def resource_quota(ns: str, team: str, tenant: TenantSettings, *, gpu_cap: int, kueue: bool = False) -> dict:
+def resource_quota(ns: str, team: str, tenant: TenantSettings, *, gpu_cap: int, kueue: bool = False, storage_gib: int | None = None) -> dict:
     """The namespace's hard caps. ``gpu_cap``: without Kueue the team's quota; with Kueue the most
     Kueue can admit to the team (its quota plus what it may borrow), so the quota never refuses
     the pods of a job Kueue admitted (half-created jobs) and still caps anything created outside Kueue.
     With Kueue the team's CPU and memory quotas are Kueue's (nominal in every flavor, borrowable),
-    so they are not repeated here: a namespace cap of the same figure would refuse pods of admitted jobs."""
+    so they are not repeated here: a namespace cap of the same figure would refuse pods of admitted jobs.
+    ``storage_gib``: the size of the team's checkpoint claim, the only claim the namespace may hold."""
     hard: dict[str, str] = {"requests.nvidia.com/gpu": str(gpu_cap)}  # extended resources: requests only
+    if storage_gib is not None:
+        # storage: the team's one checkpoint claim (teams cannot create claims; this caps it anyway)
+        hard["persistentvolumeclaims"] = "1"
+        hard["requests.storage"] = f"{storage_gib}Gi"
     if tenant.cpu_quota and not kueue:
         hard["requests.cpu"] = tenant.cpu_quota
     if tenant.memory_quota and not kueue:

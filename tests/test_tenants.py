@@ -378,3 +378,12 @@ def test_every_checkpoint_volume_is_pre_bound_to_the_claim_that_names_it():
         ref = pv["spec"]["claimRef"]
         claim = claims[(ref["namespace"], ref["name"])]
         assert claim["spec"]["volumeName"] == pv["metadata"]["name"]
+
+
+def test_team_storage_is_quota_capped_to_its_one_checkpoint_claim():
+    run = two_teams()
+    for team in ("vision", "nlp"):
+        (rq,) = of_kind(run, "ResourceQuota", team)
+        (pvc,) = of_kind(run, "PersistentVolumeClaim", team)
+        assert rq["spec"]["hard"]["persistentvolumeclaims"] == "1"
+        assert rq["spec"]["hard"]["requests.storage"] == pvc["spec"]["resources"]["requests"]["storage"]
