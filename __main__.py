@@ -41,12 +41,12 @@ kueue = Kueue("kueue", settings=settings, trainer=trainer, provider=cluster.prov
 # metrics, logs and dashboard (observability.mode), the GPU smoke check, cleanup of finished TrainJobs
 observability = Observability("observability", settings=settings, cluster=cluster, gpu_aws=gpu_aws, capacity=capacity, trainer=trainer, tags=tags)
 storage = CheckpointStorage("checkpoints", settings=settings, cluster=cluster, network=network, tags=tags) if settings.trainjobs.jobs() or settings.tenants.teams() else None
+# the training image is built (workloads/ -> the stack's ECR repository) unless every job brings its own
+training_image = TrainingImage("workloads", cluster_name=settings.cluster_name, tags=tags) if storage and any(j.image is None for j in settings.trainjobs.jobs().values()) else None
 if storage and settings.tenants.teams():
-    tenants = Tenants("tenants", settings=settings, cluster=cluster, storage=storage, kueue=kueue, provider=cluster.provider, tags=tags)
+    tenants = Tenants("tenants", settings=settings, cluster=cluster, storage=storage, kueue=kueue, provider=cluster.provider, tags=tags, image=training_image.ref if training_image else None)
     pulumi.export("teamNamespaces", tenants.namespaces)
 if storage and settings.trainjobs.jobs():
-    # the training image is built (workloads/ -> the stack's ECR repository) unless every job brings its own
-    training_image = TrainingImage("workloads", cluster_name=settings.cluster_name, tags=tags) if any(j.image is None for j in settings.trainjobs.jobs().values()) else None
     jobs = TrainJobs("jobs", settings=settings, trainer=trainer, storage=storage, capacity=capacity.node_pools, provider=cluster.provider, image=training_image.ref if training_image else None, kueue=kueue)
     pulumi.export("trainJobs", jobs.names)
     if training_image:

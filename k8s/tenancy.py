@@ -24,7 +24,7 @@ import versions
 from infra.cluster import Cluster
 from infra.settings import Settings
 from infra.storage import CheckpointStorage
-from k8s import admission
+from k8s import admission, platform_facts
 from k8s import kueue as kq
 from k8s import tenants as tn
 from k8s.helm import release
@@ -79,11 +79,15 @@ class Tenants(pulumi.ComponentResource):
         kueue: Kueue | None,
         provider: k8s.Provider,
         tags: dict[str, str],
+        image: pulumi.Input[str] | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ):
+        """``image``: the platform's training image (``<repo>@<digest>``), published to teams."""
         super().__init__("training-platform:k8s:Tenants", name, None, opts)
         self._s = settings
         self._storage = storage
+        # what trainctl defaults and checks a team's job with (k8s/platform_facts.py); the image by digest
+        facts_doc = pulumi.Output.from_input(image).apply(lambda ref: platform_facts.dumps(platform_facts.facts(settings, ref)))
         self._provider = provider
         teams = settings.tenants.teams()
         dirs_ready = self._fsx_directories(sorted(teams)) if storage.type == "fsx" else []
@@ -99,6 +103,7 @@ class Tenants(pulumi.ComponentResource):
             self.namespaces[team] = ns_name
             ns = self._apply(tn.namespace(ns_name, team))
             gpu_cap = kq.gpu_ceiling(settings) if kueue else (tenant.gpu_quota or 0)
+            self._apply(platform_facts.configmap(ns_name, facts_doc, {tn.TEAM_LABEL: team}), ns)
             manifests = (tn.resource_quota(ns_name, team, tenant, gpu_cap=gpu_cap, kueue=kueue is not None, storage_gib=storage.capacity_gib), tn.limit_range(ns_name, team), tn.network_policy(ns_name, team), tn.egress_policy(ns_name, {tn.TEAM_LABEL: team}), tn.role(ns_name, team))
             for manifest in manifests:
                 self._apply(manifest, ns)

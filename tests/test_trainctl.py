@@ -248,12 +248,14 @@ def test_submit_creates_configmap_then_trainjob(api, proj, capsys):
         ("GET", "/openapi/v3/apis/trainer.kubeflow.org/v1alpha1", {}),
         # the current runtime by the platform's label; the old one (being deleted) is passed over
         ("GET", f"{TRAINER}/clustertrainingruntimes", {"labelSelector": "training-platform/runtime=torch-distributed-gpu"}),
+        # the platform's published facts (none on this cluster: the request stands as given)
+        ("GET", f"/api/v1/namespaces/{NS}/configmaps/platform-facts", {}),
         ("POST", f"/api/v1/namespaces/{NS}/configmaps", {}),
         ("POST", f"{TRAINER}/namespaces/{NS}/trainjobs", {}),
     ]
     assert api.requests[1][3]["spec"]["resourceAttributes"] == {"namespace": NS, "verb": "create", "group": "", "resource": "configmaps"}
-    assert api.requests[4][3] == expected_cm
-    assert api.requests[5][3] == expected_job
+    assert api.requests[5][3] == expected_cm
+    assert api.requests[6][3] == expected_job
     assert out.strip() == f"trainjob/resnet-try created in {NS}: 3 nodes on torch-distributed-gpu-777f43c4, code in configmap/{expected_cm['metadata']['name']}"
 
 
@@ -457,3 +459,41 @@ def test_console_script_declared():
     project = tomllib.loads((pathlib.Path(__file__).parent.parent / "pyproject.toml").read_text())
     assert project["project"]["scripts"]["trainctl"] == "trainctl.cli:main"
     assert sys.modules["trainctl.cli"].main is cli.main
+
+
+def _facts(cfg_sections: dict, *, stack_jobs: bool = True) -> dict:
+    import json as _json
+
+    from tests.conftest import dev_config, objects as rendered, run_config
+
+    cfg = dev_config(**cfg_sections)
+    for job in () if stack_jobs else ("ddp", "fsdp", "tf", "ncclCheck"):  # no stack jobs (nor their image)
+        cfg["training-platform:trainjobs"][job] = {"enabled": False}
+    found = [o for o in rendered(run_config(cfg)).values() if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "platform-facts"]
+    return _json.loads(found[0]["data"]["facts.json"])
+
+
+TWO_TEAM_TENANTS = {"vision": {"gpuQuota": 8, "principalArns": ["arn:aws:iam::123456789012:role/VisionTeam"]}}
+
+
+def test_the_clusters_facts_default_and_check_a_request(proj):
+    facts = _facts({"tenants": TWO_TEAM_TENANTS, "gpuPool": {"instanceFamilies": ["g6e"], "instanceCategories": ["g"]}, "smokeChecks": {"enabled": False}}, stack_jobs=False)
+    req = objects.Request(namespace=NS, nodes=2, command=["python", "train.py"])
+    shaped = objects.with_facts(req, facts, instance_type_given=False)
+    assert shaped.instance_type == facts["defaultInstanceType"] and shaped.instance_type.startswith("g6e.")
+    with pytest.raises(objects.SubmitError, match="no GPU pool of this cluster launches it; pools: gpu-pool: g6e"):
+        objects.with_facts(req, facts, instance_type_given=True)  # g5.xlarge: not in this pool
+    assert objects.with_facts(req, None, instance_type_given=False) == req  # no facts: as given
+
+
+def test_an_efa_job_lands_in_its_own_efa_pool_with_the_platforms_image(proj):
+    facts = _facts({"tenants": TWO_TEAM_TENANTS, "efa": {"enabled": True, "availabilityZone": "us-west-2a", "instanceTypes": ["p5.48xlarge", "p5en.48xlarge"]}})
+    assert facts["image"] and "@sha256:" in facts["image"]
+    req = objects.Request(namespace=NS, nodes=2, command=["python", "train.py"], instance_type="p5.48xlarge", efa_zone="us-west-2a", runtime_name="torch-distributed-gpu-777f43c4")
+    shaped = objects.with_facts(req, facts, instance_type_given=True)
+    assert shaped.image == facts["image"]
+    _, job = objects.build(shaped, code.collect(proj))
+    selector = trainer_api.read_pod_customization(job["spec"])["nodeSelector"]
+    assert selector["training-platform/pool"] == "gpu-efa-32nc"  # p5's layout, not p5en's (gpu-efa-16nc)
+    with pytest.raises(objects.SubmitError, match="EFA pool is in us-west-2a"):
+        objects.with_facts(objects.Request(**{**req.__dict__, "efa_zone": "us-west-2b"}), facts, instance_type_given=True)

@@ -62,7 +62,7 @@ def parser() -> Parser:
     s.add_argument("--dry-run", action="store_true", help="print the objects as YAML and create nothing (needs no cluster)")
     s.add_argument("--nodes", type=int, required=True, help="nodes (pods)")
     s.add_argument("--gpus-per-node", type=int, help="GPUs (processes) per node (default: all GPUs of the instance type)")
-    s.add_argument("--instance-type", default="g5.xlarge", help="GPU instance type of each node (default g5.xlarge)")
+    s.add_argument("--instance-type", help=f"GPU instance type of each node (default: the smallest the cluster's GPU pool launches, from its published facts; else {objects.DEFAULT_INSTANCE_TYPE})")
     s.add_argument("--image", help="training image (default: the runtime's pinned image)")
     s.add_argument("--name", help="TrainJob name (default: <code dir>-<hash of code and command>)")
     s.add_argument("--runtime", default="torch", help="torch (default) or tensorflow")
@@ -210,9 +210,11 @@ def _cluster(args: argparse.Namespace) -> Cluster:
 
 def cmd_submit(args: argparse.Namespace, command: list[str]) -> int:
     if not args.namespace:
-        raise UsageError("--namespace is required for submit")
+        if args.dry_run:
+            raise UsageError("--namespace is required with --dry-run (no kubeconfig is read)")
+        args.namespace = default_namespace(args.kubeconfig, args.context)  # the kubeconfig context's
     req = objects.Request(
-        namespace=args.namespace, nodes=args.nodes, command=command, runtime=args.runtime, gpus_per_node=args.gpus_per_node, instance_type=args.instance_type,
+        namespace=args.namespace, nodes=args.nodes, command=command, runtime=args.runtime, gpus_per_node=args.gpus_per_node, instance_type=args.instance_type or objects.DEFAULT_INSTANCE_TYPE,
         image=args.image, name=args.name, trainer_version=args.trainer_version or versions.DEFAULT_TRAINER_VERSION, runtime_name=args.runtime_name, efa_zone=args.efa_zone,
     )
     objects.check(req)  # before reading the code dir or calling the cluster
@@ -232,6 +234,8 @@ def cmd_submit(args: argparse.Namespace, command: list[str]) -> int:
     version = args.trainer_version or cluster.served_trainer_version()
     runtime_name = args.runtime_name or cluster.current_runtime(objects.RUNTIMES[req.runtime])
     req = objects.Request(**{**req.__dict__, "trainer_version": version, "runtime_name": runtime_name})
+    req = objects.with_facts(req, cluster.platform_facts(), instance_type_given=args.instance_type is not None)
+    objects.check(req)
     cm, tj = objects.build(req, bundle)
     created_cm = cluster.create_configmap(cm)
     try:

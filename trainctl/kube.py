@@ -173,6 +173,25 @@ class Cluster:
         live.sort(key=lambda r: r["metadata"].get("creationTimestamp", ""))
         return live[-1]["metadata"]["name"]
 
+    def platform_facts(self) -> dict | None:
+        """The platform's published facts (ConfigMap ``platform-facts`` in the namespace), or None
+        where the cluster publishes none (or they may not be read)."""
+        from k8s import platform_facts
+
+        try:
+            cm: Any = self.core.read_namespaced_config_map(platform_facts.CONFIGMAP, self.namespace)
+        except ApiException as err:
+            if err.status in (403, 404):
+                return None
+            raise ClusterError(f"reading the platform's facts: {api_message(err)}") from None
+        except (OSError, HTTPError) as err:
+            raise ClusterError(f"reading the platform's facts: {unreachable(err)}") from None
+        try:
+            found = json.loads((cm.data or {}).get(platform_facts.KEY) or "null")
+        except ValueError:
+            return None
+        return found if isinstance(found, dict) else None
+
     # --- objects -----------------------------------------------------------------------------
 
     def create_configmap(self, body: dict) -> bool:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import versions
@@ -36,6 +36,8 @@ DEFAULT_IMAGES = {"torch": versions.TORCH_RUNTIME_IMAGE, "tensorflow": versions.
 TRAINCTL_KIND = "trainctl"
 """The ``training-platform/job`` label of jobs submitted with trainctl."""
 MAX_NODES = 1000
+DEFAULT_INSTANCE_TYPE = "g5.xlarge"
+"""``--instance-type`` where the cluster publishes no facts (k8s/platform_facts.py) to take it from."""
 # TrainJob names: the CRD's CEL rules (kubeflow/trainer v2.3.0 trainjob_types.go: RFC 1035 label, at most 63)
 _NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 NAME_MAX = 63
@@ -53,13 +55,14 @@ class Request:
     command: list[str]
     runtime: str = "torch"
     gpus_per_node: int | None = None
-    instance_type: str = "g5.xlarge"
+    instance_type: str = DEFAULT_INSTANCE_TYPE
     image: str | None = None
     name: str | None = None
     trainer_version: str = versions.DEFAULT_TRAINER_VERSION
     runtime_name: str | None = None  # the runtime's current (content-hashed) name
     queue: str | None = LOCAL_QUEUE
     efa_zone: str | None = None
+    efa_types: tuple[str, ...] = ()  # every EFA type of the cluster (its pools' layouts), from its published facts
 
 
 def check(req: Request) -> None:
@@ -92,6 +95,34 @@ def _resolve(arg: str, bundle: CodeBundle) -> str:
     return f"{tj.CODE_MOUNT}/{rel}" if rel in bundle.paths else arg
 
 
+def with_facts(req: Request, facts: dict[str, Any] | None, *, instance_type_given: bool) -> Request:
+    """The request as the cluster's published facts (``k8s/platform_facts.py``) shape it: the default
+    instance type is one its GPU pool launches, a type no pool launches is refused, and an EFA job
+    lands in the EFA pool of its type with the platform's image (libfabric and aws-ofi-nccl; a stock
+    image's NCCL silently falls back to TCP). Without facts (another cluster) it is unchanged."""
+    if not facts:
+        return req
+    pools = facts.get("pools") or []
+    changes: dict[str, Any] = {}
+    if not instance_type_given and facts.get("defaultInstanceType"):
+        changes["instance_type"] = facts["defaultInstanceType"]
+    itype = changes.get("instance_type", req.instance_type)
+    launching = [p for p in pools if itype in (p.get("instanceTypes") or []) and bool(p.get("efa")) == bool(req.efa_zone)]
+    if not launching:
+        where = "; ".join(f"{p['name']}{' (EFA)' if p.get('efa') else ''}: {', '.join(p.get('instanceTypes') or [])}" for p in pools)
+        raise SubmitError(f"--instance-type {itype}: no {'EFA ' if req.efa_zone else ''}GPU pool of this cluster launches it; pools: {where}")
+    if req.efa_zone:
+        efa = facts.get("efa") or {}
+        if efa.get("zone") and req.efa_zone != efa["zone"]:
+            raise SubmitError(f"--efa-zone {req.efa_zone}: this cluster's EFA pool is in {efa['zone']}")
+        changes["efa_types"] = tuple(efa.get("instanceTypes") or ())
+        if req.image is None:
+            if not facts.get("image"):
+                raise SubmitError("--efa-zone: this cluster publishes no image with EFA's libraries; pass --image (one with libfabric and aws-ofi-nccl)")
+            changes["image"] = facts["image"]
+    return replace(req, **changes) if changes else req
+
+
 def entry(req: Request, bundle: CodeBundle) -> dict[str, Any]:
     """The TrainJob trainer's command/args and processes per node for the user's command."""
     command = [_resolve(a, bundle) for a in req.command]
@@ -115,7 +146,7 @@ def default_name(req: Request, bundle: CodeBundle) -> str:
 def settings_for(req: Request) -> Settings:
     """The few settings the builders read: the Trainer version, the namespace and, for a job in
     the EFA pool, that pool's type and zone. No stack config is read (a client has none)."""
-    efa = EfaSettings(enabled=True, availability_zone=req.efa_zone, instance_types=[req.instance_type]) if req.efa_zone else EfaSettings()
+    efa = EfaSettings(enabled=True, availability_zone=req.efa_zone, instance_types=list(req.efa_types) or [req.instance_type]) if req.efa_zone else EfaSettings()
     trainer = TrainerSettings(version=req.trainer_version)
     return Settings.model_construct(stack="trainctl", trainer=trainer, trainjobs=TrainJobsSettings(namespace=req.namespace), efa=efa)
 
