@@ -464,7 +464,8 @@ def test_console_script_declared():
 def _facts(cfg_sections: dict, *, stack_jobs: bool = True) -> dict:
     import json as _json
 
-    from tests.conftest import dev_config, objects as rendered, run_config
+    from tests.conftest import dev_config, run_config
+    from tests.conftest import objects as rendered
 
     cfg = dev_config(**cfg_sections)
     for job in () if stack_jobs else ("ddp", "fsdp", "tf", "ncclCheck"):  # no stack jobs (nor their image)

@@ -9,9 +9,9 @@ import versions
 from infra.settings import Settings
 from infra.storage import CheckpointStorage
 from k8s import kueue as kq
+from k8s import tenants as tn
 from k8s.resources import apply_manifest
 from k8s.tenancy import Kueue
-from k8s import tenants as tn
 from k8s.tenants import LOCAL_QUEUE
 from k8s.trainer import Trainer
 from k8s.volume_setup import checkpoint_owner_job

@@ -107,6 +107,9 @@ def test_a_normal_team_trainjob_is_admitted_and_runs_on_a_gpu_pool(team, tmp_pat
     wait_for("vision-normal Complete", lambda: any(c["type"] == "Complete" and c["status"] == "True" for c in (admin.get(*TRAINJOB, "vision-normal", "vision").get("status") or {}).get("conditions") or []), up, timeout=240)
 
 
+V21_HAS_NO_FIELD = ("privileged", "root")  # Trainer v2.1.0 ContainerOverride/PodSpecOverride: no securityContext
+
+
 def test_trainer_v2_1_pod_template_overrides_are_fenced_the_same_way(clusters, tmp_path):
     """The workshop stack (Trainer v2.1.0) has no teams; the policy is applied there with a
     team-labelled namespace, and v2.1's podTemplateOverrides shape is refused on the same fields."""
@@ -137,7 +140,8 @@ def test_trainer_v2_1_pod_template_overrides_are_fenced_the_same_way(clusters, t
             try:
                 admin.create(obj, dry_run=True)
             except ApiError as err:
-                return str(err)
+                # the Trainer's webhook may not see a just-applied runtime yet: only the policy's answer counts
+                return str(err) if "ValidatingAdmissionPolicy" in str(err) else None
             return None
 
         return wait_for("the policy to refuse", attempt, up, timeout=30)
@@ -145,7 +149,17 @@ def test_trainer_v2_1_pod_template_overrides_are_fenced_the_same_way(clusters, t
     configmap, _ = job("plain")
     admin.create(configmap)
     for name, (change, field) in sorted(ESCAPES.items()):
-        if name in ("system-pool",):
+        if name in V21_HAS_NO_FIELD:  # v2.1's override has no securityContext: the API server drops it
+            def stored_spec(obj=job(f"v21-{name}", change)[1]):
+                try:
+                    return admin.create(obj, dry_run=True)["spec"]
+                except ApiError as err:
+                    if "not found" in str(err):  # the Trainer's webhook has not seen the runtime yet
+                        return None
+                    raise
+
+            spec = wait_for("the dry run", stored_spec, up, timeout=30)
+            assert "securityContext" not in str(spec), spec
             continue
         message = refused(job(f"v21-{name}", change)[1])
         assert "spec.podTemplateOverrides[].spec." + field in message, message
