@@ -329,14 +329,14 @@ def api_server_dry_run(manifests: pathlib.Path) -> list[str]:
     # namespaces first, as the dependency order applies them
     objs.sort(key=lambda o: o["kind"] != "Namespace")
     try:
-        outcome = cluster_apply.apply_waves(client, [objs], dry_run=True)
+        problems = [p for obj in objs for p in cluster_apply.dry_run(client, obj)]
     except ApiError as err:
         print(f"validate: the local API server at {server} did not answer: {err}")
         return [str(err)]
-    for p in outcome.problems:
+    for p in problems:
         print(f"api-server: {p}")
-    print(f"validate: API server dry run at {server}: {outcome.applied} of {len(objs)} objects accepted, {len(outcome.problems)} problems")
-    return outcome.problems
+    print(f"validate: API server dry run at {server}: {len(objs)} objects, {len(problems)} problems")
+    return problems
 
 
 if __name__ == "__main__":

@@ -113,3 +113,27 @@ def _instance_type(job: dict) -> str | None:
     from infra import catalog
 
     return next((t for t in catalog.catalog() if f"'{t}'" in text), None)
+
+
+def test_make_validate_asks_the_api_server_when_the_cluster_is_up(clusters, capsys):
+    """`make validate` beside a running cluster: every manifest dry-run applied (strict), and a field
+    the served schema does not know is the API server's refusal."""
+    import yaml
+
+    from tools import render, validate
+    from tools.cluster.up import PROJECT_DIR
+    from tools.mock_runtime import run_program
+
+    up = clusters.get("dev")
+    stack_dir = up.dir.parent
+    render.write(run_program(str(PROJECT_DIR), "dev"), str(stack_dir.parent))
+    assert (up.dir / "state.json").is_file()  # the render kept the cluster's state
+    manifests = stack_dir / "manifests"
+    assert validate.api_server_dry_run(manifests) == []
+    assert "API server dry run" in capsys.readouterr().out
+    runtime = next(manifests.glob("clustertrainingruntime-torch-distributed-gpu-*.yaml"))
+    obj = yaml.safe_load(runtime.read_text())
+    obj["spec"]["template"]["spec"]["failurePolicyy"] = {"maxRestarts": 1}  # a typo the API server would prune
+    runtime.write_text(yaml.safe_dump(obj))
+    problems = validate.api_server_dry_run(manifests)
+    assert len(problems) == 1 and "failurePolicyy" in problems[0], problems

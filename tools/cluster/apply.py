@@ -155,3 +155,27 @@ def _wait_gone(client: Client, obj: dict, timeout: float = 300) -> None:
             return
         time.sleep(0.3)
     raise ApiError(408, f"{label(obj)} still exists {timeout:.0f} s after its deletion (a finalizer holds it)")
+
+
+def dry_run(client: Client, obj: dict) -> list[str]:
+    """Would the API server take ``obj`` (schema, CEL rules, webhooks, admission policies), and keep
+    it whole? A dry-run create; where it exists already, a dry-run apply, as an update would be; and
+    where that meets an immutable field (an object Pulumi replaces on change), a dry-run create under
+    another name, as the replacement would be created. Nothing is stored."""
+    body = {k: v for k, v in obj.items() if k != "status"}
+    try:
+        return [f"{label(obj)}: {d}" for d in differences(body, client.create(body, dry_run=True, strict=True))]
+    except ApiError as err:
+        if err.status != 409:
+            return [f"{label(obj)}: refused by the API server (HTTP {err.status}): {err}"]
+    try:
+        return [f"{label(obj)}: {d}" for d in differences(body, client.apply(body, dry_run=True))]
+    except ApiError as err:
+        if err.status != 422 or "immutable" not in str(err):
+            return [f"{label(obj)}: refused by the API server (HTTP {err.status}): {err}"]
+    other = {**body, "metadata": {**body["metadata"], "name": body["metadata"]["name"][:56] + "-dryrun"}}
+    try:
+        client.create(other, dry_run=True, strict=True)
+    except ApiError as err:
+        return [f"{label(obj)} (as its replacement): refused by the API server (HTTP {err.status}): {err}"]
+    return []

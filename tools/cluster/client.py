@@ -119,9 +119,9 @@ class Client:
         except ApiError:
             return False
 
-    def create(self, obj: dict, *, dry_run: bool = False) -> dict:
+    def create(self, obj: dict, *, dry_run: bool = False, strict: bool = False) -> dict:
         meta = obj["metadata"]
-        params = {"dryRun": "All"} if dry_run else None
+        params = {**({"dryRun": "All"} if dry_run else {}), **({"fieldValidation": "Strict"} if strict else {})} or None
         return self.request("POST", self.path(obj["apiVersion"], obj["kind"], None, meta.get("namespace")), body=obj, params=params)
 
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict:
