@@ -129,15 +129,16 @@ def _run(unit: Unit, args: list[str], cwd: pathlib.Path, log: pathlib.Path, env:
         raise BuildError(f"building {unit.module}@{unit.version} failed ({' '.join(args[:2])} exit {proc.returncode}): {' | '.join(tail)} (whole log: {log})")
 
 
-def _module_file(go: str, module: str, version: str, env: dict[str, str]) -> pathlib.Path:
-    proc = subprocess.run([go, "mod", "download", "-json", f"{module}@{version}"], capture_output=True, text=True, env=env, check=False)
+def _download(module: str, version: str, field: str, env: dict[str, str] | None = None) -> pathlib.Path:
+    """``go mod download -json``: the path it reports in ``field`` (GoMod: the go.mod; Dir: the files)."""
+    proc = subprocess.run([_go(), "mod", "download", "-json", f"{module}@{version}"], capture_output=True, text=True, env=env, check=False)
     try:
         info = json.loads(proc.stdout)
     except ValueError:
         info = {}
-    if proc.returncode != 0 or "GoMod" not in info:
+    if proc.returncode != 0 or field not in info:
         raise BuildError(f"cannot download {module}@{version} from the Go module proxy: {info.get('Error') or proc.stderr.strip()[-300:]}")
-    return pathlib.Path(info["GoMod"])
+    return pathlib.Path(info[field])
 
 
 def staging_go_mod(kubernetes_go_mod: str, version: str) -> str:
@@ -172,7 +173,7 @@ def build(unit: Unit, *, echo=print) -> float:
     # a module of ours that requires the component (``go install pkg@version`` asks the proxy for the
     # module's version list to check deprecation, which a proxy may refuse)
     if unit.staging:
-        go_mod = staging_go_mod(_module_file(go, unit.module, unit.version, env).read_text(), unit.version)
+        go_mod = staging_go_mod(_download(unit.module, unit.version, "GoMod", env).read_text(), unit.version)
     else:
         go_mod = f"module training-platform.local/build\n\ngo 1.24\n\nrequire {unit.module} {unit.version}\n"
     (work / "go.mod").write_text(go_mod)
@@ -193,12 +194,4 @@ def build_all(units: list[Unit], *, echo=print) -> float:
 
 def module_dir(module: str, version: str) -> pathlib.Path:
     """The module's files (CRDs, webhook manifests) in the Go module cache, downloaded if needed."""
-    go = _go()
-    proc = subprocess.run([go, "mod", "download", "-json", f"{module}@{version}"], capture_output=True, text=True, check=False)
-    try:
-        info = json.loads(proc.stdout)
-    except ValueError:
-        info = {}
-    if proc.returncode != 0 or "Dir" not in info:
-        raise BuildError(f"cannot download {module}@{version} from the Go module proxy: {info.get('Error') or proc.stderr.strip()[-300:]}")
-    return pathlib.Path(info["Dir"])
+    return _download(module, version, "Dir")
