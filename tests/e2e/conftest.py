@@ -1,5 +1,5 @@
 """End-to-end tests on real local control planes (tools/cluster): one per stack, brought up once
-per test session on first use and stopped (by pid) at its end.
+on first use and stopped (by pid) when the e2e tests are done.
 
 Needs Go (to build the pinned components once, cached under ~/.cache/training-platform), Debian's
 etcd-server and openssl; `.ci/run` installs etcd. Without Go or etcd these tests fail, saying so:
@@ -35,7 +35,7 @@ class Clusters:
         return _UP[key]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # stopped when the e2e tests are done, not at the end of the whole suite
 def clusters(tmp_path_factory) -> Iterator[Clusters]:
     out = tmp_path_factory.mktemp("e2e-out")
     yield Clusters(out)
