@@ -498,3 +498,32 @@ def test_an_efa_job_lands_in_its_own_efa_pool_with_the_platforms_image(proj):
     assert selector["training-platform/pool"] == "gpu-efa-32nc"  # p5's layout, not p5en's (gpu-efa-16nc)
     with pytest.raises(objects.SubmitError, match="EFA pool is in us-west-2a"):
         objects.with_facts(objects.Request(**{**req.__dict__, "efa_zone": "us-west-2b"}), facts, instance_type_given=True)
+
+
+def test_code_dir_edges_are_one_line_each(tmp_path, capsys):
+    """A link out of the directory is refused (never read), a large file is refused by its size
+    before it is read, a script not in the directory is refused, and the usage names -- COMMAND."""
+    secret = tmp_path / "credentials"
+    secret.write_text("aws_secret_access_key = not-for-a-configmap\n")
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "train.py").write_text("print(1)\n")
+    (proj / "creds").symlink_to(secret)
+    with pytest.raises(code.CodeError, match="symbolic link to a file outside the code dir"):
+        code.collect(proj)
+    (proj / "creds").unlink()
+    (proj / "inside.py").symlink_to(proj / "train.py")  # a link within the directory is fine
+    assert "inside.py" in code.collect(proj).paths
+    big = proj / "weights.bin"
+    with open(big, "wb") as fh:
+        fh.truncate(4 * 1024**3)  # 4 GiB, sparse: refused by its size, never read
+    with pytest.raises(code.CodeError, match="more than the 1 MiB"):
+        code.collect(proj)
+    big.unlink()
+    req = objects.Request(namespace=NS, nodes=1, command=["python", "tain.py"], runtime_name="torch-distributed-gpu-777f43c4")
+    with pytest.raises(objects.SubmitError, match="'tain.py', which is not in the code dir"):
+        objects.build(req, code.collect(proj))
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        cli.main(["submit", "--help"])
+    assert "-- COMMAND" in capsys.readouterr().out

@@ -57,7 +57,11 @@ def _common(p: argparse.ArgumentParser) -> None:
 def parser() -> Parser:
     ap = Parser(prog="trainctl", description="Submit and follow TrainJobs on the training platform.")
     sub = ap.add_subparsers(dest="cmd", required=True, parser_class=Parser)
-    s = sub.add_parser("submit", help="ship CODE_DIR as a ConfigMap and create a TrainJob that runs COMMAND (after --)")
+    s = sub.add_parser(
+        "submit", help="ship CODE_DIR as a ConfigMap and create a TrainJob that runs COMMAND (after --)",
+        usage="trainctl submit [options] --nodes N CODE_DIR -- COMMAND [ARG ...]",
+        epilog="example: trainctl submit --nodes 2 ./proj -- python train.py --epochs 3",
+    )
     _common(s)
     s.add_argument("--dry-run", action="store_true", help="print the objects as YAML and create nothing (needs no cluster)")
     s.add_argument("--nodes", type=int, required=True, help="nodes (pods)")

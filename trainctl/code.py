@@ -2,8 +2,9 @@
 
 What is shipped: every regular file under the directory, except hidden files and directories
 (any name starting with ``.``: ``.git``, ``.venv``, ``.env``, editor files), ``__pycache__``
-directories and ``*.pyc`` files. Symbolic links to directories are not followed. UTF-8 files go
-into ``data``, other files into ``binaryData``.
+directories and ``*.pyc`` files. Symbolic links to directories are not followed; a symbolic link
+to a file outside the directory is refused (it would ship, say, ``~/.aws/credentials``). UTF-8 files
+go into ``data``, other files into ``binaryData``. Sizes are summed before any file is read.
 
 ConfigMap keys may hold only letters, digits, ``-``, ``_`` and ``.`` (the API server's
 ``IsConfigMapKey``, k8s.io/apimachinery ``pkg/util/validation/validation.go``), so a file in a
@@ -72,6 +73,7 @@ def collect(code_dir: str | os.PathLike) -> CodeBundle:
     files: dict[str, str | bytes] = {}
     paths: dict[str, str] = {}
     sizes: dict[str, int] = {}
+    real_root = root.resolve()
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
         for name in sorted(filenames):
@@ -81,10 +83,17 @@ def collect(code_dir: str | os.PathLike) -> CodeBundle:
             if not path.is_file():
                 continue
             rel = path.relative_to(root).as_posix()
+            if path.is_symlink() and not path.resolve().is_relative_to(real_root):
+                # never ship what a link points at outside the directory (~/.aws/credentials, keys)
+                raise CodeError(f"file {rel!r} is a symbolic link to a file outside the code dir; copy what the job needs into the code dir instead")
             key = _key(rel)
             if key in files:
                 other = next(r for r, k in paths.items() if k == key)
                 raise CodeError(f"files {other!r} and {rel!r} map to the same ConfigMap key {key!r}; rename one")
+            # sizes before contents: a large file is refused without being read
+            sizes[rel] = path.stat().st_size
+            if sum(sizes.values()) > MAX_CONFIGMAP_BYTES:
+                _too_big(code_dir, sizes)
             raw = path.read_bytes()
             try:
                 content: str | bytes = raw.decode("utf-8")
@@ -97,10 +106,15 @@ def collect(code_dir: str | os.PathLike) -> CodeBundle:
     if not files:
         raise CodeError(f"code dir {str(code_dir)!r} holds no files to ship (hidden files, __pycache__ and *.pyc are left out)")
     if size > MAX_CONFIGMAP_BYTES:
-        biggest = sorted(sizes, key=lambda r: (-sizes[r], r))[:3]
-        raise CodeError(
-            f"code dir {str(code_dir)!r} holds {_mib(size)} ({size} bytes in {len(files)} files; largest: {', '.join(biggest)}), "
-            f"more than the 1 MiB ({MAX_CONFIGMAP_BYTES} bytes) a ConfigMap holds: build an image with the large files "
-            "(dependencies, data, weights) and pass it with --image, keeping only your scripts in the code dir"
-        )
+        _too_big(code_dir, sizes)
     return CodeBundle(root=root, files=files, paths=paths, size=size)
+
+
+def _too_big(code_dir: str | os.PathLike, sizes: dict[str, int]) -> None:
+    size = sum(sizes.values())
+    biggest = sorted(sizes, key=lambda r: (-sizes[r], r))[:3]
+    raise CodeError(
+        f"code dir {str(code_dir)!r} holds more than {_mib(size)} ({size} bytes in {len(sizes)} files so far; largest: {', '.join(biggest)}), "
+        f"more than the 1 MiB ({MAX_CONFIGMAP_BYTES} bytes) a ConfigMap holds: build an image with the large files "
+        "(dependencies, data, weights) and pass it with --image, keeping only your scripts in the code dir"
+    )

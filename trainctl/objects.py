@@ -123,8 +123,16 @@ def with_facts(req: Request, facts: dict[str, Any] | None, *, instance_type_give
     return replace(req, **changes) if changes else req
 
 
+SCRIPT_SUFFIXES = (".py", ".sh")
+
+
 def entry(req: Request, bundle: CodeBundle) -> dict[str, Any]:
-    """The TrainJob trainer's command/args and processes per node for the user's command."""
+    """The TrainJob trainer's command/args and processes per node for the user's command. A script
+    the command runs (``python train.py``, ``./run.sh``) must be in the code directory: the job
+    would otherwise fail on every node after its GPUs were launched."""
+    script = next((a for a in req.command[:2] if a.endswith(SCRIPT_SUFFIXES) and not a.startswith("-")), None)
+    if script is not None and not script.startswith("/") and (script[2:] if script.startswith("./") else script) not in bundle.paths:
+        raise SubmitError(f"the command runs {script!r}, which is not in the code dir {str(bundle.root)!r} (its files: {', '.join(sorted(bundle.paths)[:5])}{', ...' if len(bundle.paths) > 5 else ''})")
     command = [_resolve(a, bundle) for a in req.command]
     if req.runtime == "tensorflow":
         return {"args": command, "numProcPerNode": 1}
