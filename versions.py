@@ -125,9 +125,12 @@ TENSORFLOW_RUNTIME_IMAGE = "tensorflow/tensorflow:2.20.0-gpu"
 # k8s.io/kubernetes at a patch release of that minor, built from a module of ours that replaces every
 # k8s.io/* staging module with its matching v0.<minor>.<patch> release.
 LOCAL_KUBERNETES_RELEASES = {"1.32": "v1.32.13", "1.33": "v1.33.13", "1.34": "v1.34.4", "1.35": "v1.35.4"}
-# etcd: Debian bookworm's etcd-server package (3.4.23), which these API servers accept; `.ci/run`
-# installs it. The API server only needs the v3 API; the package is not a Go module build.
-LOCAL_ETCD_DEBIAN_PACKAGE = "etcd-server"
+# etcd: built from its server module (our own main calling etcdmain.Main). Debian's etcd-server
+# 3.4.23 serves the API server too, but below 3.4.31 the API server turns off RequestWatchProgress
+# (etcd-io/etcd#15220), and client-go 0.36's streaming watches (kwok's) then fail: pods are missed.
+# The 3.6 line is the one Kubernetes 1.34 is built against.
+ETCD_MODULE = "go.etcd.io/etcd/server/v3"
+ETCD_VERSION = "v3.6.16"
 # The Trainer controller per TRAINER_VERSIONS entry and the JobSet controller that release depends on
 # (github.com/kubeflow/trainer/v2 go.mod requires sigs.k8s.io/jobset at TRAINER_VERSIONS[v]["jobset"]).
 TRAINER_MODULE = "github.com/kubeflow/trainer/v2"

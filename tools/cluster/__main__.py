@@ -26,7 +26,7 @@ def _build(args) -> str:
         units: list[build.Unit] = [build.kubernetes(m) for m in versions.LOCAL_KUBERNETES_RELEASES]
         for trainer in versions.TRAINER_VERSIONS:
             units += [build.jobset(trainer), build.trainer(trainer)]
-        units += [build.karpenter(), build.kwok(), build.kueue()]
+        units += [build.karpenter(), build.kwok(), build.kueue(), build.etcd()]
     else:
         from tools.cluster.plan import stack_plan
         from tools.cluster.up import PROJECT_DIR, _region

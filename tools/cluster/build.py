@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import versions
 
+BUILD_MODULE = "training-platform.local/build"
 STAGING_REPLACE = re.compile(r"^\s*(k8s\.io/[A-Za-z0-9._-]+)\s*=>\s*\./staging/src/(k8s\.io/[A-Za-z0-9._-]+)\s*$")
 
 
@@ -45,6 +46,7 @@ class Unit:
     version: str
     binaries: dict[str, str] = field(default_factory=dict)  # binary -> package
     staging: bool = False  # k8s.io/kubernetes: built through a module of ours with replace directives
+    main: str | None = None  # Go source of our own main package (the binary's package is then ours)
 
     @property
     def name(self) -> str:
@@ -103,12 +105,30 @@ def karpenter() -> Unit:
     return Unit(versions.KARPENTER_CORE_MODULE, versions.KARPENTER_CORE_VERSION, {"karpenter-kwok": f"{versions.KARPENTER_CORE_MODULE}/kwok"})
 
 
+ETCD_MAIN = """// The etcd server: its released server module's own entry point (etcdmain.Main), built here
+// because the etcd/v3 root module (which holds etcd's main.go) replaces its siblings by path.
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
+"""
+
+
+def etcd() -> Unit:
+    return Unit(versions.ETCD_MODULE, versions.ETCD_VERSION, {"etcd": f"{BUILD_MODULE}/etcd"}, main=ETCD_MAIN)
+
+
 def kwok() -> Unit:
     return Unit(versions.KWOK_MODULE, versions.KWOK_VERSION, {"kwok": f"{versions.KWOK_MODULE}/cmd/kwok"})
 
 
 def units_for(kubernetes_minor: str, trainer_version: str, with_kueue: bool) -> list[Unit]:
-    out = [kubernetes(kubernetes_minor), jobset(trainer_version), trainer(trainer_version), karpenter(), kwok()]
+    out = [kubernetes(kubernetes_minor), jobset(trainer_version), trainer(trainer_version), karpenter(), kwok(), etcd()]
     return out + ([kueue()] if with_kueue else [])
 
 
@@ -175,10 +195,15 @@ def build(unit: Unit, *, echo=print) -> float:
     if unit.staging:
         go_mod = staging_go_mod(_download(unit.module, unit.version, "GoMod", env).read_text(), unit.version)
     else:
-        go_mod = f"module training-platform.local/build\n\ngo 1.24\n\nrequire {unit.module} {unit.version}\n"
+        go_mod = f"module {BUILD_MODULE}\n\ngo 1.24\n\nrequire {unit.module} {unit.version}\n"
     (work / "go.mod").write_text(go_mod)
-    imports = "\n".join(f'\t_ "{pkg}"' for pkg in unit.binaries.values())
-    (work / "tools.go").write_text(f"//go:build tools\n\npackage tools\n\nimport (\n{imports}\n)\n")
+    if unit.main is not None:
+        for binary in unit.binaries:
+            (work / binary).mkdir()
+            (work / binary / "main.go").write_text(unit.main)
+    else:
+        imports = "\n".join(f'\t_ "{pkg}"' for pkg in unit.binaries.values())
+        (work / "tools.go").write_text(f"//go:build tools\n\npackage tools\n\nimport (\n{imports}\n)\n")
     _run(unit, [go, "mod", "tidy"], work, log, env)
     for binary, pkg in unit.binaries.items():
         _run(unit, [go, "build", f"-ldflags={unit.ldflags}", "-o", str(unit.path(binary)), pkg], work, log, env)

@@ -171,7 +171,7 @@ def _region(stack: str, stack_config: dict | None) -> str:
 
 def _start(stack: str, d: pathlib.Path, plan: StackPlan, procs: Processes, units: list[build.Unit], build_seconds: float, started: float, apply_stack: bool, echo) -> Up:
     k8s, jobset_u, trainer_u, karpenter_u, kwok_u = units[:5]
-    kueue_u = units[5] if len(units) > 5 else None
+    kueue_u = next((u for u in units if u.module == versions.KUEUE_MODULE), None)
     pkid = d / "pki"
     pki.make(pkid)
     ports = {name: free_port() for name in ("etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "jobset-webhook", "jobset-health", "trainer-webhook", "trainer-health", "kueue-webhook", "kueue-health", "karpenter-metrics", "karpenter-health", "kwok-kubelet")}
@@ -183,13 +183,10 @@ def _start(stack: str, d: pathlib.Path, plan: StackPlan, procs: Processes, units
     procs.info["server"] = server
     procs.save()
 
-    # etcd: Debian's etcd-server package
-    etcd = shutil.which("etcd")
-    if etcd is None:
-        raise UpError(f"etcd is not installed: `apt-get install {versions.LOCAL_ETCD_DEBIAN_PACKAGE}` (Debian's package; .ci/run installs it)")
-    procs.start("etcd", [etcd, "--name", "local", "--data-dir", str(d / "etcd"), "--listen-client-urls", f"http://127.0.0.1:{ports['etcd']}", "--advertise-client-urls", f"http://127.0.0.1:{ports['etcd']}",
+    etcd_u = next(u for u in units if u.module == versions.ETCD_MODULE)
+    procs.start("etcd", [str(etcd_u.path("etcd")), "--name", "local", "--data-dir", str(d / "etcd"), "--listen-client-urls", f"http://127.0.0.1:{ports['etcd']}", "--advertise-client-urls", f"http://127.0.0.1:{ports['etcd']}",
                          "--listen-peer-urls", f"http://127.0.0.1:{ports['etcd-peer']}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{ports['etcd-peer']}",
-                         "--initial-cluster", f"local=http://127.0.0.1:{ports['etcd-peer']}", "--unsafe-no-fsync", "--quota-backend-bytes", str(2 * 1024**3)])
+                         "--initial-cluster", f"local=http://127.0.0.1:{ports['etcd-peer']}", "--unsafe-no-fsync", "--quota-backend-bytes", str(2 * 1024**3), "--log-level", "warn"])
     procs.wait("etcd", lambda: _get(f"http://127.0.0.1:{ports['etcd']}/health"), 30, f"http://127.0.0.1:{ports['etcd']}/health")
 
     procs.start("kube-apiserver", [str(k8s.path("kube-apiserver")),
@@ -330,7 +327,6 @@ def summary(result: Up, units: list[build.Unit] | None = None) -> str:
     lines = [f"cluster-up {plan.stack}: up in {result.seconds:.0f} s (building {result.build_seconds:.0f} s of it); kubeconfig {result.kubeconfig}"]
     for name, version in (procs.info.get("versions") or {}).items():
         lines.append(f"  {name} {version}")
-    lines.append(f"  etcd (Debian {versions.LOCAL_ETCD_DEBIAN_PACKAGE})")
     lines.append(f"  processes: {', '.join(f'{p.name}({p.pid})' for p in procs.procs)}")
     lines.append(f"  objects applied: {result.outcome.applied} of {len(plan.objects)} ({', '.join(f'{n} {k}' for k, n in sorted(kinds.items()))})")
     stood_in = ", ".join(f"{r.name} {r.version}" for r in plan.releases)
