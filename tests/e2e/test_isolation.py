@@ -10,7 +10,7 @@ import pytest
 
 from k8s import trainer_api
 from tests.e2e.conftest import wait_for
-from tests.e2e.test_teams import STACK, TRAINJOB, _torch_runtime, as_team, submit, team_job
+from tests.e2e.test_teams import STACK, TRAINJOB, _torch_runtime, as_team, submit, submit_code, team_job
 from tools.cluster.client import ApiError
 
 
@@ -46,10 +46,23 @@ def test_a_trainjob_that_escapes_its_pods_is_refused_naming_the_field(team, tmp_
     up, vision = team
     change, field = ESCAPES[escape]
     configmap, job = _hostile(tmp_path, up, f"escape-{escape}", change)
-    with pytest.raises(ApiError) as err:
-        submit(vision, configmap, job)
-    assert err.value.status in (403, 422), err.value
-    message = str(err.value)
+    submit_code(vision, configmap)
+
+    def refusal():
+        # the API server loads a new policy a moment after it is created: until then, ask in a dry run
+        try:
+            vision.create(job, dry_run=True)
+        except ApiError as err:
+            if "not found" in str(err) and "ClusterTrainingRuntime" in str(err):
+                return None  # the Trainer's webhook has not seen the runtime yet
+            return err
+        return None
+
+    err = wait_for(f"the refusal of {escape}", refusal, up, timeout=60)
+    with pytest.raises(ApiError) as created:
+        vision.create(job)
+    assert created.value.status == err.status and err.status in (403, 422), err
+    message = str(created.value)
     assert "training-platform-team-trainjobs" in message or "runtimePatches" in message, message
     assert field in message, message
     assert up.client().get_or_none(*TRAINJOB, f"escape-{escape}", "vision") is None

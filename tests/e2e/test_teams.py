@@ -33,13 +33,18 @@ def team_job(tmp_path, namespace: str, *, nodes: int = 1, instance_type: str = "
     return objects.build(req, code.collect(tmp_path))
 
 
-def submit(client, configmap: dict, job: dict) -> None:
-    """As trainctl submits: the code ConfigMap (named by its content: one may exist), then the job."""
+def submit_code(client, configmap: dict) -> None:
+    """The code ConfigMap (named by its content: one may exist already)."""
     try:
         client.create(configmap)
     except ApiError as err:
         if err.status != 409:
             raise
+
+
+def submit(client, configmap: dict, job: dict) -> None:
+    """As trainctl submits: the code ConfigMap, then the job."""
+    submit_code(client, configmap)
     client.create(job)
 
 
