@@ -6,21 +6,17 @@ canonical form, but not drop or change). Either is a defect in our object."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+from fractions import Fraction
 
+from tools.cel import Quantity
 from tools.cluster.client import ApiError, Client
 
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
-_FACTORS = {None: 1, "n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
-            "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 
-
-def _quantity(value) -> float | None:
-    m = _QUANTITY.match(str(value))
-    if not m:
-        return None
-    return float(m.group(1)) * _FACTORS[m.group(2)]
+def _quantity(value) -> Fraction | None:
+    """A Kubernetes quantity's exact value (the offline CEL evaluator's parser), else None."""
+    parsed = Quantity.parse(str(value))
+    return parsed.value if parsed is not None else None
 
 
 def _same(applied, live) -> bool:
@@ -30,7 +26,7 @@ def _same(applied, live) -> bool:
         return False
     if isinstance(applied, int | float | str) and isinstance(live, int | float | str):
         a, b = _quantity(applied), _quantity(live)  # the API server writes quantities canonically
-        return a is not None and b is not None and abs(a - b) <= 1e-9 * max(1.0, abs(a))
+        return a is not None and a == b
     return False
 
 
