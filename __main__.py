@@ -40,7 +40,7 @@ trainer = Trainer("trainer", settings=settings.trainer, cluster_name=cluster.nam
 kueue = Kueue("kueue", settings=settings, trainer=trainer, provider=cluster.provider) if settings.kueue_enabled else None
 # metrics, logs and dashboard (observability.mode), the GPU smoke check, cleanup of finished TrainJobs
 observability = Observability("observability", settings=settings, cluster=cluster, gpu_aws=gpu_aws, capacity=capacity, trainer=trainer, tags=tags)
-storage = CheckpointStorage("checkpoints", settings=settings, cluster=cluster, network=network, tags=tags) if settings.trainjobs.jobs() or settings.tenants.teams() else None
+storage = CheckpointStorage("checkpoints", settings=settings, cluster=cluster, network=network, node_role_arns=[*cluster.node_role_arns, *gpu_aws.node_role_arns], tags=tags) if settings.trainjobs.jobs() or settings.tenants.teams() else None
 # the training image is built (workloads/ -> the stack's ECR repository) unless every job brings its own
 training_image = TrainingImage("workloads", cluster_name=settings.cluster_name, tags=tags) if storage and any(j.image is None for j in settings.trainjobs.jobs().values()) else None
 if storage and settings.tenants.teams():

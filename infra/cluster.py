@@ -155,6 +155,17 @@ class Cluster(pulumi.ComponentResource):
         )
 
     @property
+    def node_role_arns(self) -> list[pulumi.Output[str]]:
+        """The roles this component's nodes run as: the managed node groups' and, in Auto Mode,
+        the node role pulumi-eks creates (``autoModeNodeRoleName``; roles it creates have the
+        default path "/"). Karpenter's own node role is GpuAws's."""
+        arns = [self.node_role.arn]
+        if self._s.gpu_pool.mode == "auto":
+            ident, part = aws.get_caller_identity_output(), aws.get_partition_output()
+            arns.append(pulumi.Output.all(part.partition, ident.account_id, self.eks_cluster.auto_mode_node_role_name).apply(lambda a: f"arn:{a[0]}:iam::{a[1]}:role/{a[2]}"))
+        return arns
+
+    @property
     def node_group_names(self) -> list[str]:
         return [self._node_group_name(k) for k in self.node_groups]
 

@@ -228,6 +228,11 @@ class GpuAws(pulumi.ComponentResource):
                 self._create_efa(name)
         self.register_outputs({"queueName": self.queue_name, "nodeRoleName": self.node_role_name})
 
+    @property
+    def node_role_arns(self) -> list[pulumi.Output[str]]:
+        """The role Karpenter's nodes run as (self-managed mode; none in Auto Mode)."""
+        return [self.node_role.arn] if self.node_role_name else []
+
     def _opts(self, **kw) -> pulumi.ResourceOptions:
         return pulumi.ResourceOptions(parent=self, **kw)
 

@@ -3,11 +3,18 @@
 FSx for Lustre is the default for training: hundreds of MB/s per TiB and sub-millisecond latency
 for large sharded checkpoint writes from every rank at once. EFS is simpler and elastic (no
 capacity to size, multi-AZ) but slower for bursts of large writes. Both are mounted ReadWriteMany
-through a static PersistentVolume, so the CSI drivers need no AWS permissions.
+through a static PersistentVolume, so the CSI drivers call no AWS API.
+
+EFS is fenced by a file-system policy: without one, EFS's default policy lets any client that
+reaches a mount target mount the root anonymously (EFS User Guide, "Using IAM to control file
+system access": "Default EFS file system policy"). Ours allows only the cluster's node roles, over
+TLS, through an access point; the platform's own volume mounts the root through its access point
+and teams mount theirs (k8s/tenancy.py), so no pod reaches another team's directory.
 """
 
 from __future__ import annotations
 
+import json
 from typing import TypedDict
 
 import pulumi
@@ -17,6 +24,7 @@ import versions
 from infra.cluster import Cluster
 from infra.network import Network
 from infra.settings import Settings
+from k8s.tenants import efs_volume_handle
 
 # Ports from the FSx for Lustre User Guide ("File system access control with Amazon VPC"): Lustre
 # clients and file servers talk on TCP 988 and 1018-1023, and servers also open connections back
@@ -34,15 +42,67 @@ class _PortRule(TypedDict):
     to_port: int
 
 
+# aws-efs-csi-driver: ``tls`` encrypts the mount, ``iam`` makes efs-utils sign it with the node's
+# credentials (efs-csi-node runs on the host network, so IMDS at hop limit 1 answers it); EFS User
+# Guide "Mounting with IAM authorization": ``iam`` requires ``tls``.
+EFS_MOUNT_OPTIONS = ["tls", "iam"]
+
+
+def efs_file_system_policy(*, file_system_arn: str, node_role_arns: list[str], platform_access_point_arn: str) -> dict:
+    """The checkpoint file system's policy (EFS User Guide, "Using IAM to control file system
+    access" and "Using access points in IAM policies"): an anonymous client matches no Allow, so
+    IAM is required; the node roles may mount and write only through a mount target and an access
+    point (``elasticfilesystem:AccessPointArn`` is absent on a mount without one); root access
+    (``ClientRootAccess``, otherwise squashed to nfsnobody) only through the platform's access point,
+    whose volume only the platform's namespace can claim; no mount without TLS."""
+    nodes = {"AWS": sorted(set(node_role_arns))}
+    via_mount_target = {"elasticfilesystem:AccessedViaMountTarget": "true"}
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "NodesThroughAccessPoints",
+                "Effect": "Allow",
+                "Principal": nodes,
+                "Action": ["elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite"],
+                "Resource": file_system_arn,
+                "Condition": {"Bool": via_mount_target, "Null": {"elasticfilesystem:AccessPointArn": "false"}},
+            },
+            {
+                "Sid": "RootOnlyThroughThePlatformAccessPoint",
+                "Effect": "Allow",
+                "Principal": nodes,
+                "Action": ["elasticfilesystem:ClientRootAccess"],
+                "Resource": file_system_arn,
+                "Condition": {"Bool": via_mount_target, "StringEquals": {"elasticfilesystem:AccessPointArn": platform_access_point_arn}},
+            },
+            {
+                "Sid": "DenyWithoutTls",
+                "Effect": "Deny",
+                "Principal": {"AWS": "*"},
+                "Action": "*",
+                "Resource": file_system_arn,
+                "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+            },
+        ],
+    }
+
+
 class CheckpointStorage(pulumi.ComponentResource):
     volume_handle: pulumi.Output[str]
     attributes: dict | None
+    mount_options: list[str] | None
     capacity_gib: int
     addon: aws.eks.Addon
 
-    def __init__(self, name: str, *, settings: Settings, cluster: Cluster, network: Network, tags: dict[str, str], opts: pulumi.ResourceOptions | None = None):
+    def __init__(
+        self, name: str, *, settings: Settings, cluster: Cluster, network: Network, node_role_arns: list[pulumi.Output[str]], tags: dict[str, str], opts: pulumi.ResourceOptions | None = None
+    ):
+        """``node_role_arns``: every role the cluster's nodes run as (managed node groups,
+        Karpenter's or Auto Mode's nodes): the EFS file-system policy lets only these mount."""
         super().__init__("training-platform:infra:CheckpointStorage", name, None, opts)
         self._s = settings
+        self._node_role_arns = node_role_arns
         self._cluster = cluster
         self._network = network
         self._tags = tags
@@ -52,6 +112,12 @@ class CheckpointStorage(pulumi.ComponentResource):
         else:
             self._create_efs(name)
         self.register_outputs({"volumeHandle": self.volume_handle})
+
+    def platform_volume_name(self, namespace: str) -> str:
+        """The name of the platform's own volume in ``namespace``. On EFS it mounts through the
+        platform's access point: a volume source is immutable, so that volume has a name of its
+        own (the claim moves to it; the old volume, ``Retain``, is deleted and the data stays)."""
+        return f"{namespace}-checkpoints" + ("-ap" if self.type == "efs" else "")
 
     def _opts(self, **kw) -> pulumi.ResourceOptions:
         return pulumi.ResourceOptions(parent=self, **kw)
@@ -104,6 +170,7 @@ class CheckpointStorage(pulumi.ComponentResource):
         self._addon(name, "aws-fsx-csi-driver", versions.FSX_CSI_ADDON_VERSION)
         self.volume_handle = fs.id
         self.attributes = {"dnsname": fs.dns_name, "mountname": fs.mount_name}
+        self.mount_options = ["flock"]
         self.capacity_gib = cfg.capacity_gib
         self.file_system = fs
 
@@ -119,8 +186,16 @@ class CheckpointStorage(pulumi.ComponentResource):
         count = self._s.network.az_count if self._s.network.create_vpc else len(self._s.network.private_subnet_ids)
         for i in range(count):
             aws.efs.MountTarget(f"{name}-efs-{i}", file_system_id=fs.id, subnet_id=self._network.private_subnet_ids.apply(lambda ids, i=i: ids[i]), security_groups=[sg.id], opts=self._opts())
+        # the platform's own volume: the root, as the user the pod runs as (its setup Job chowns the
+        # root to the training user; the Trainer's initializers run as root)
+        platform = aws.efs.AccessPoint(f"{name}-efs-platform", file_system_id=fs.id, root_directory=aws.efs.AccessPointRootDirectoryArgs(path="/"), tags=self._tags, opts=self._opts())
+        policy = pulumi.Output.all(fs.arn, platform.arn, *self._node_role_arns).apply(
+            lambda a: json.dumps(efs_file_system_policy(file_system_arn=a[0], platform_access_point_arn=a[1], node_role_arns=list(a[2:]))),
+        )
+        self.file_system_policy = aws.efs.FileSystemPolicy(f"{name}-efs-policy", file_system_id=fs.id, policy=policy, opts=self._opts())
         self._addon(name, "aws-efs-csi-driver", versions.EFS_CSI_ADDON_VERSION)
-        self.volume_handle = fs.id
+        self.volume_handle = pulumi.Output.all(fs.id, platform.id).apply(lambda ids: efs_volume_handle(ids[0], ids[1]))
         self.attributes = None
+        self.mount_options = list(EFS_MOUNT_OPTIONS)
         self.capacity_gib = 1024  # nominal: EFS is elastic
         self.file_system = fs

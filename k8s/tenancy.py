@@ -141,7 +141,9 @@ class Tenants(pulumi.ComponentResource):
         it exists): a Job in its own namespace mounts the file system's root and creates them."""
         st = self._storage
         ns = self._apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": tn.STORAGE_NAMESPACE, "labels": dict(tn.POD_SECURITY_LABELS)}})
-        pv_manifest, pvc_manifest = tj.checkpoint_volume(ns=tn.STORAGE_NAMESPACE, storage_type=st.type, volume_handle=st.volume_handle, capacity_gib=st.capacity_gib, attributes=st.attributes)
+        pv_manifest, pvc_manifest = tj.checkpoint_volume(
+            ns=tn.STORAGE_NAMESPACE, storage_type=st.type, volume_handle=st.volume_handle, capacity_gib=st.capacity_gib, attributes=st.attributes, mount_options=st.mount_options
+        )
         pv = self._apply(pv_manifest, st.addon)
         pvc = self._apply(pvc_manifest, ns, pv)
         job = self._apply(tenant_dirs_job(teams, uid=int(versions.WORKLOAD_UID), image=versions.VOLUME_SETUP_IMAGE), pvc)
@@ -173,7 +175,7 @@ class Tenants(pulumi.ComponentResource):
             volume = pulumi.Output.all(fs.id, fs.mount_name).apply(lambda v: tn.fsx_volume(v[0], v[1], team))
             handle = volume.apply(lambda v: v[0])
             attributes = {"dnsname": fs.dns_name, "mountname": volume.apply(lambda v: v[1])}
-        pv_manifest, pvc_manifest = tj.checkpoint_volume(ns=ns_name, storage_type=st.type, volume_handle=handle, capacity_gib=st.capacity_gib, attributes=attributes)
+        pv_manifest, pvc_manifest = tj.checkpoint_volume(ns=ns_name, storage_type=st.type, volume_handle=handle, capacity_gib=st.capacity_gib, attributes=attributes, mount_options=st.mount_options)
         pv_manifest["metadata"]["labels"] = {tn.TEAM_LABEL: team}
         pv = self._apply(pv_manifest, st.addon, *dirs_ready)
         self._apply(pvc_manifest, ns, pv)

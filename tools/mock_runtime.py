@@ -179,6 +179,7 @@ class PlanMocks(pmocks.Mocks):
             "aws:ec2/placementGroup:PlacementGroup": "pg-",
             "aws:fsx/lustreFileSystem:LustreFileSystem": "fs-",
             "aws:efs/fileSystem:FileSystem": "fs-",
+            "aws:efs/accessPoint:AccessPoint": "fsap-",
         }
         if typ in prefixes:
             rid = prefixes[typ] + _short_id(typ, name)
@@ -188,6 +189,8 @@ class PlanMocks(pmocks.Mocks):
         if typ.startswith("aws:"):
             state.setdefault("arn", f"{arn}:{service}:{self.region}:{ACCOUNT}:{typ.split(':')[-1].lower()}/{rid}")
             state.setdefault("name", inputs.get("name", name))
+        if typ in ("aws:efs/fileSystem:FileSystem", "aws:efs/accessPoint:AccessPoint"):  # EFS User Guide, "Resources": ARN formats
+            state["arn"] = f"{arn}:elasticfilesystem:{self.region}:{ACCOUNT}:{'file-system' if rid.startswith('fs-') else 'access-point'}/{rid}"
         if typ == "aws:iam/role:Role":
             state["arn"] = f"{arn}:iam::{ACCOUNT}:role/{state['name']}"
         if typ == "aws:iam/policy:Policy":
@@ -201,6 +204,8 @@ class PlanMocks(pmocks.Mocks):
             state.update(dnsName=f"{rid}.fsx.{self.region}.{self._dns_suffix()}", mountName="abcdefgh")
         if typ == "eks:index:Cluster":
             state.update(_eks_cluster_outputs(inputs, self.region, arn, self._dns_suffix()))
+            if (inputs.get("autoMode") or {}).get("createNodeRole"):  # pulumi-eks's auto-named role
+                state["autoModeNodeRoleName"] = f"{name}-eks-auto-mode-node-role-{_short_id('auto-node', name)[:7]}"
         if typ == "eks:index:ManagedNodeGroup":
             ng_name = inputs.get("nodeGroupName", name)
             state["nodeGroup"] = _ChildResource(

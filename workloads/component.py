@@ -50,9 +50,13 @@ class TrainJobs(pulumi.ComponentResource):
                 apply_manifest(policy, o(ns))
         files = tj.code_files()
         code = apply_manifest(tj.code_configmap(ns_name, files), o(ns))
-        pv_manifest, pvc_manifest = tj.checkpoint_volume(ns=ns_name, storage_type=storage.type, volume_handle=storage.volume_handle, capacity_gib=storage.capacity_gib, attributes=storage.attributes)
+        pv_manifest, pvc_manifest = tj.checkpoint_volume(
+            ns=ns_name, storage_type=storage.type, volume_handle=storage.volume_handle, capacity_gib=storage.capacity_gib,
+            attributes=storage.attributes, mount_options=storage.mount_options, pv_name=storage.platform_volume_name(ns_name),
+        )
         pv = apply_manifest(pv_manifest, o(storage.addon))
-        pvc = apply_manifest(pvc_manifest, o(ns, pv))
+        # a claim's volumeName is immutable: a new volume replaces the claim (after the pods using it end)
+        pvc = apply_manifest(pvc_manifest, o(ns, pv, replace_on_changes=["spec.volumeName"], delete_before_replace=True))
         # the volume's root belongs to root until this Job hands it to the non-root training user
         owner = apply_manifest(checkpoint_owner_job(ns_name, uid=int(versions.WORKLOAD_UID), image=versions.VOLUME_SETUP_IMAGE), o(pvc))
         queue: list[pulumi.Resource] = []

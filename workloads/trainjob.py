@@ -123,10 +123,13 @@ def code_configmap(ns: str, files: Mapping[str, str | bytes]) -> dict:
     return cm
 
 
-def checkpoint_volume(*, ns: str, storage_type: str, volume_handle: Any, capacity_gib: int, attributes: dict | None = None) -> tuple[dict, dict]:
+def checkpoint_volume(
+    *, ns: str, storage_type: str, volume_handle: Any, capacity_gib: int, attributes: dict | None = None, mount_options: list[str] | None = None, pv_name: str | None = None
+) -> tuple[dict, dict]:
     """A static PersistentVolume on the program-created file system, pre-bound to the RWX claim
-    that names it (the two point at each other, so no other claim can take the volume)."""
-    pv_name = f"{ns}-checkpoints"
+    that names it (the two point at each other, so no other claim can take the volume).
+    ``pv_name`` defaults to ``<ns>-checkpoints``."""
+    pv_name = pv_name or f"{ns}-checkpoints"
     csi: dict[str, Any] = {"driver": "fsx.csi.aws.com" if storage_type == "fsx" else "efs.csi.aws.com", "volumeHandle": volume_handle}
     if attributes:
         csi["volumeAttributes"] = attributes
@@ -140,8 +143,8 @@ def checkpoint_volume(*, ns: str, storage_type: str, volume_handle: Any, capacit
         # (volumeName) could bind it first and read another team's checkpoints
         "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": ns, "name": CHECKPOINT_CLAIM},
     }
-    if storage_type == "fsx":
-        pv_spec["mountOptions"] = ["flock"]
+    if mount_options:
+        pv_spec["mountOptions"] = list(mount_options)
     pv = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv_name}, "spec": pv_spec}
     pvc = {
         "apiVersion": "v1",

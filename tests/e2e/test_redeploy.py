@@ -46,3 +46,56 @@ def test_an_in_place_change_to_an_immutable_field_is_the_api_servers_422(cluster
         assert err.status == 422 and "immutable" in str(err).lower(), err
     else:
         raise AssertionError("the API server accepted an in-place change of an immutable failure policy")
+
+
+def _previous_efs_volume(plan):
+    """The workshop stack as the release before the EFS file-system policy rendered it: the
+    platform's volume mounted the file system's root (volumeHandle = the file system id, no
+    access point, no mount options) under the name ``training-checkpoints``."""
+    import copy
+    import dataclasses
+
+    waves = copy.deepcopy(plan.waves)
+    for obj in (o for wave in waves for o in wave):
+        if obj["kind"] == "PersistentVolume" and obj["metadata"]["name"] == "training-checkpoints-ap":
+            obj["metadata"]["name"] = "training-checkpoints"
+            obj["spec"]["csi"]["volumeHandle"] = obj["spec"]["csi"]["volumeHandle"].split("::")[0]
+            del obj["spec"]["mountOptions"]
+        if obj["kind"] == "PersistentVolumeClaim" and obj["metadata"]["namespace"] == "training":
+            obj["spec"]["volumeName"] = "training-checkpoints"
+    return dataclasses.replace(plan, waves=waves)
+
+
+def _release_claim(client, up) -> None:
+    """The upgrade step docs/runbook.md names: a claim being deleted is held (pvc-protection) by
+    every scheduled pod that names it, finished ones too (Kubernetes v1.33
+    pkg/controller/volume/pvcprotection podUsesPVC checks only ``spec.nodeName``), so once the
+    jobs have finished their pods are deleted (the Jobs and TrainJobs stay, complete)."""
+    def finished() -> bool:
+        jobs = client.list("trainer.kubeflow.org/v1alpha1", "TrainJob", "training")
+        done = all(any(c["type"] in ("Complete", "Failed") and c["status"] == "True" for c in j.get("status", {}).get("conditions", [])) for j in jobs)
+        return bool(jobs) and done and all(p.get("status", {}).get("phase") in ("Succeeded", "Failed") for p in client.list("v1", "Pod", "training"))
+
+    wait_for("the training namespace's pods finished", finished, up, timeout=240)
+    for pod in client.list("v1", "Pod", "training"):
+        client.delete("v1", "Pod", pod["metadata"]["name"], "training")
+
+
+def test_the_efs_volume_moves_to_its_access_point_as_pulumi_would(clusters):
+    """A PV's source is immutable and a bound PV is held by its claim (pv-protection): the new
+    volume is created beside the old one, the claim replaced (deleted first, once no running pod
+    uses it), and the old volume deleted; the API server and the PV controller are the judges."""
+    up = clusters.get("workshop", instance="redeploy")
+    client = up.client()
+    old = _previous_efs_volume(up.plan)
+    _release_claim(client, up)
+    assert redeploy(client, up.plan, old).problems == []  # the cluster as the previous release left it
+    wait_for("the claim bound to the root volume", lambda: client.get("v1", "PersistentVolumeClaim", "checkpoints", "training").get("status", {}).get("phase") == "Bound", up, timeout=120)
+    _release_claim(client, up)
+    outcome = redeploy(client, old, up.plan)
+    assert outcome.problems == []
+    claim = lambda: client.get("v1", "PersistentVolumeClaim", "checkpoints", "training")  # noqa: E731
+    wait_for("the claim bound to the access-point volume", lambda: claim().get("status", {}).get("phase") == "Bound", up, timeout=120)
+    assert claim()["spec"]["volumeName"] == "training-checkpoints-ap"
+    assert client.get("v1", "PersistentVolume", "training-checkpoints-ap")["spec"]["mountOptions"] == ["tls", "iam"]
+    wait_for("the old volume gone", lambda: client.get_or_none("v1", "PersistentVolume", "training-checkpoints") is None, up, timeout=120)
