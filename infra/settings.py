@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
+import math
 import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar, cast
@@ -473,6 +474,12 @@ class FsdpJobSettings(JobSettings):
         check=_DATASET_CHECK,
     )
 
+    download_gib: Int = opt(
+        16,
+        "estimated GiB the initializers download (the model repository and the dataset); sizes the time an admitted job may take to start (kueue.podsReadyTimeout): the default covers t5-large's repository with every weight format",
+        check=_range(1, 100_000),
+    )
+
     def dataset_uri(self) -> str:
         return hf_uri(self.dataset)
 
@@ -631,12 +638,27 @@ class TenantsSettings(RootModel[dict[str, TenantSettings]]):
         return self.root[team].namespace or team
 
 
+# What an admitted job waits for before all its pods run: Karpenter's launch of a GPU node, its
+# boot and device plugins, and the pull of a training image of several GB (15 min); then the
+# initializers' download, at a single Hugging Face stream's rate we assume (50 MiB/s), doubled.
+NODE_LAUNCH_MINUTES = 15
+DOWNLOAD_MIB_PER_S = 50
+
+
+def duration_seconds(text: str) -> int:
+    """Seconds of a duration such as ``1h30m`` (the form kueue.podsReadyTimeout takes)."""
+    return sum(int(n) * {"s": 1, "m": 60, "h": 3600}[u] for n, u in re.findall(r"(\d+)([smh])", text))
+
+
 class KueueSettings(Section):
     enabled: Bool | None = opt(
         None, "Kueue queues every TrainJob (teams' and the stack's) in one cohort; unset = on when tenants are configured and trainer.version supports it (not v2.1.0)"
     )
-    pods_ready_timeout: str = opt(
-        "30m", "an admitted TrainJob whose pods are not all running by then is suspended and requeued (all-or-nothing: waitForPodsReady.timeout); Kueue counts the initializers' downloads inside it, so allow for node launch, image pull and the largest download", check=_pattern(re.compile(r"^(\d+(s|m|h))+$"), "a duration such as 30m or 1h")
+    pods_ready_timeout: str | None = opt(
+        None,
+        "an admitted TrainJob whose pods are not all running by then is suspended and requeued (all-or-nothing: waitForPodsReady.timeout); Kueue counts the initializers' downloads inside it; "
+        f"unset = sized by the stack: {NODE_LAUNCH_MINUTES} min for a GPU node's launch and image pull, plus twice the largest download (trainjobs.<job>.downloadGib) at {DOWNLOAD_MIB_PER_S} MiB/s",
+        check=_pattern(re.compile(r"^(\d+(s|m|h))+$"), "a duration such as 30m or 1h"),
     )
     requeue_limit: Int = opt(
         3, "times a job that timed out waiting for its pods is requeued before Kueue deactivates it (waitForPodsReady.requeuingStrategy.backoffLimitCount): it then ends with reason RequeuingLimitExceeded instead of holding quota in a loop", check=_range(0, 100)
@@ -709,6 +731,16 @@ class Settings(StackConfig):
     def training_namespaces(self) -> list[str]:
         """Where training runs: the stack's own jobs' namespace, then every team's."""
         return [self.trainjobs.namespace, *(self.tenants.namespace_of(t) for t in self.tenants.teams())]
+
+    def start_minutes_needed(self) -> int:
+        """Minutes an admitted job of this stack may need before all its pods run: a node's
+        launch plus twice its largest download (see NODE_LAUNCH_MINUTES)."""
+        download = max((getattr(j, "download_gib", 0) for j in self.trainjobs.jobs().values()), default=0)
+        return NODE_LAUNCH_MINUTES + math.ceil(2 * download * 1024 / DOWNLOAD_MIB_PER_S / 60)
+
+    def pods_ready_timeout(self) -> str:
+        """kueue.podsReadyTimeout as set, else sized by :meth:`start_minutes_needed`."""
+        return self.kueue.pods_ready_timeout or f"{self.start_minutes_needed()}m"
 
     @property
     def kueue_enabled(self) -> bool:
@@ -907,7 +939,20 @@ _RULES: list[tuple[tuple[str, ...], bool, Callable[[Settings], Iterator[ConfigEr
     (("gpuPool", "efa", "trainer", "trainjobs"), False, _job_rules),
     (("cluster", "gpuPool", "trainer", "trainjobs", "tenants", "kueue"), False, _tenant_rules),
     (("trainer", "trainjobs", "gpuPool", "smokeChecks"), False, lambda s: _lifecycle_rules(s)),
+    (("trainjobs", "kueue"), False, lambda s: _start_time_rule(s)),
 ]
+
+
+def _start_time_rule(s: Settings) -> Iterator[ConfigError]:
+    """A podsReadyTimeout shorter than a job's launch and download evicts every attempt: the job
+    requeues until kueue.requeueLimit and ends without ever starting."""
+    timeout = s.kueue.pods_ready_timeout
+    if s.kueue_enabled and timeout and duration_seconds(timeout) < 60 * s.start_minutes_needed():
+        yield ConfigError(
+            "kueue.podsReadyTimeout", timeout,
+            f"shorter than the {s.start_minutes_needed()} min this stack's jobs may need to start ({NODE_LAUNCH_MINUTES} min for a GPU node, plus twice the largest trainjobs.<job>.downloadGib at {DOWNLOAD_MIB_PER_S} MiB/s), "
+            "so every attempt would be evicted; allowed: unset (sized by the stack) or at least that",
+        )
 
 
 # TrainJob.spec.activeDeadlineSeconds exists from Trainer v2.2.0 (kubeflow/trainer #3258) and is in

@@ -204,7 +204,7 @@ def manager_config(settings: Settings) -> dict[str, Any]:
         "clientConnection": {"qps": 300, "burst": 500},
         "integrations": {"frameworks": [TRAINJOB_FRAMEWORK]},
         "waitForPodsReady": {
-            "timeout": settings.kueue.pods_ready_timeout,
+            "timeout": settings.pods_ready_timeout(),
             "blockAdmission": False,
             # requeued behind the jobs that waited longer, with exponential backoff from 60 s
             # and deactivated after requeueLimit evictions (kueue v0.19.2 apis/config/v1beta2/defaults.go

@@ -83,7 +83,7 @@ def test_settings_are_frozen_and_jobs_share_one_model():
     with pytest.raises(ValueError):
         s.trainer.max_restarts = 5  # type: ignore[misc]
     assert issubclass(DdpJobSettings, JobSettings) and issubclass(FsdpJobSettings, JobSettings)
-    assert set(FsdpJobSettings.model_fields) - set(DdpJobSettings.model_fields) == {"model", "dataset"}
+    assert set(FsdpJobSettings.model_fields) - set(DdpJobSettings.model_fields) == {"model", "dataset", "download_gib"}
     assert (s.trainjobs.ddp.instance_type, s.trainjobs.fsdp.instance_type, s.trainjobs.ddp.epochs, s.trainjobs.fsdp.epochs) == ("g5.xlarge", "g5.12xlarge", 3, 1)
 
 

@@ -191,7 +191,7 @@ def test_kueue_release_values_and_order():
     assert rel["kubeflow-trainer"].urn in kueue.depends_on  # the TrainJob CRD exists before the integration starts
     config = yaml.safe_load(kueue.inputs["values"]["managerConfig"]["controllerManagerConfigYaml"])
     assert config["integrations"]["frameworks"] == [kq.TRAINJOB_FRAMEWORK]
-    assert config["waitForPodsReady"]["timeout"] == "30m" and config["waitForPodsReady"]["blockAdmission"] is False
+    assert config["waitForPodsReady"]["timeout"] == "26m" and config["waitForPodsReady"]["blockAdmission"] is False
     assert kueue.inputs["values"]["controllerManager"]["manager"]["image"]["tag"] == "v0.19.2"
     for r in run.registrations:  # every Kueue object waits for the release (its webhook serves)
         if r.type == "kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue":
@@ -387,3 +387,25 @@ def test_team_storage_is_quota_capped_to_its_one_checkpoint_claim():
         (pvc,) = of_kind(run, "PersistentVolumeClaim", team)
         assert rq["spec"]["hard"]["persistentvolumeclaims"] == "1"
         assert rq["spec"]["hard"]["requests.storage"] == pvc["spec"]["resources"]["requests"]["storage"]
+
+
+def test_the_start_timeout_is_sized_by_the_stacks_downloads():
+    """Kueue counts the initializers' download inside waitForPodsReady.timeout: unset, it is a GPU
+    node's launch plus twice the largest download; a timeout set shorter than that is refused."""
+    teams = {"tenants": {"a": {"gpuQuota": 8}}}
+
+    def load(**more):
+        return load_settings({**teams, **more}, stack="dev", region="us-west-2")
+
+    assert load().pods_ready_timeout() == "15m"  # no job downloads anything
+    fsdp = {"fsdp": {"enabled": True}}
+    assert load(trainjobs=fsdp).pods_ready_timeout() == "26m"  # 16 GiB: 15 + ceil(2 * 16384 / 50 / 60)
+    big = load(trainjobs={"fsdp": {"enabled": True, "downloadGib": 200}})
+    assert big.pods_ready_timeout() == f"{15 + -(-2 * 200 * 1024 // (50 * 60))}m"
+    assert load(trainjobs=fsdp, kueue={"podsReadyTimeout": "1h"}).pods_ready_timeout() == "1h"
+    with pytest.raises(ConfigError) as err:
+        load(trainjobs=fsdp, kueue={"podsReadyTimeout": "20m"})
+    assert isinstance(err.value, ConfigErrors) and err.value.keys == ["kueue.podsReadyTimeout"] and "26 min" in str(err.value)
+    run = two_teams(trainjobs=fsdp)
+    release = next(r for r in run.by_type(HELM) if r.name == "kueue")
+    assert yaml.safe_load(release.inputs["values"]["managerConfig"]["controllerManagerConfigYaml"])["waitForPodsReady"]["timeout"] == "26m"
