@@ -29,6 +29,9 @@ try:
 except ConfigError as err:  # nothing has been registered yet
     raise pulumi.RunError(str(err)) from None
 
+for gap in settings.fact_gaps():  # facts the table lacks for this Region: said once, not refused
+    pulumi.log.warn(gap)
+
 tags = {"project": "training-platform", "stack": settings.stack, "managed-by": "pulumi"}
 
 network = Network("net", settings=settings.network, cluster_name=settings.cluster_name, tags=tags, required_zones=settings.pinned_zones())

@@ -1,13 +1,16 @@
-"""Real AWS facts from ``aws_facts.yaml``: partition, Availability Zones and GPU offerings per Region.
+"""AWS facts: the Regions (pulumi_aws's maintained list), and from ``aws_facts.yaml`` what no
+library carries: the partition rules, Availability Zones and GPU offerings per Region.
 
-The table is checked in with its sources (see the file's header). Unknown Regions are not
-guessed: :func:`partition` and :func:`zones` raise ``KeyError``, :func:`offers` answers ``None``.
+The table is checked in with its sources (see the file's header). Facts it lacks are not
+guessed: :func:`zones` raises ``KeyError`` for a Region it has no zones for, :func:`offers`
+answers ``None``; :func:`gaps` names what therefore goes unchecked.
 """
 
 from __future__ import annotations
 
 import functools
 import pathlib
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,10 +32,18 @@ class RegionFacts:
 
 
 @dataclass(frozen=True)
+class Partition:
+    id: str
+    region_regex: re.Pattern
+    dns_suffix: str
+
+
+@dataclass(frozen=True)
 class _Table:
     source: str
     offered_families: frozenset[str]
     regions: dict[str, RegionFacts]
+    partitions: tuple[Partition, ...]
 
 
 def _region(name: str, raw: dict[str, Any]) -> RegionFacts:
@@ -62,7 +73,8 @@ def _region(name: str, raw: dict[str, Any]) -> RegionFacts:
 def _table() -> _Table:
     raw = yaml.safe_load(_DATA.read_text())
     regions = {name: _region(name, spec) for name, spec in (raw.get("regions") or {}).items()}
-    return _Table(source=str(raw["source"]), offered_families=frozenset(raw.get("offeredFamilies") or ()), regions=regions)
+    partitions = tuple(Partition(p["id"], re.compile(p["regionRegex"], re.ASCII), p["dnsSuffix"]) for p in raw["partitions"])
+    return _Table(source=str(raw["source"]), offered_families=frozenset(raw.get("offeredFamilies") or ()), regions=regions, partitions=partitions)
 
 
 SOURCE: str = _table().source
@@ -76,21 +88,75 @@ def facts(region: str) -> RegionFacts:
         raise KeyError(f"region {region!r} is not in aws_facts.yaml (known: {', '.join(regions())})") from None
 
 
+@functools.cache
+def all_regions() -> tuple[str, ...]:
+    """Every AWS Region, from pulumi_aws's maintained enum (``pulumi_aws.Region``; imported here
+    only, so nothing else of Pulumi loads with this module)."""
+    from pulumi_aws import Region
+
+    return tuple(sorted(r.value for r in Region))
+
+
+@functools.cache
+def instance_types() -> tuple[str, ...]:
+    """Every EC2 instance type, from pulumi_aws's maintained enum (``pulumi_aws.ec2.InstanceType``)."""
+    from pulumi_aws.ec2 import InstanceType
+
+    return tuple(sorted(t.value for t in InstanceType))
+
+
+def is_instance_type(name: str) -> bool:
+    return name in _instance_type_set()
+
+
+@functools.cache
+def _instance_type_set() -> frozenset[str]:
+    return frozenset(instance_types())
+
+
 def regions() -> list[str]:
+    """The Regions the table has zone facts for."""
     return sorted(_table().regions)
 
 
+def is_region(region: str) -> bool:
+    """An AWS Region (any partition)."""
+    return region in all_regions()
+
+
 def is_known_region(region: str) -> bool:
+    """A Region the table has zone facts for."""
     return region in _table().regions
 
 
 def partition(region: str) -> str:
-    return facts(region).partition
+    """The Region's partition: the table's, else the first partition rule its name matches
+    (botocore's partitions.json); ``KeyError`` for a name that is no AWS Region."""
+    if region in _table().regions:
+        return facts(region).partition
+    if is_region(region):
+        for p in _table().partitions:
+            if p.region_regex.fullmatch(region):
+                return p.id
+    raise KeyError(f"{region!r} is not an AWS Region")
 
 
 def dns_suffix(partition_name: str) -> str:
-    """Service endpoints' domain in a partition (China has its own)."""
-    return "amazonaws.com.cn" if partition_name == "aws-cn" else "amazonaws.com"
+    """Service endpoints' domain in a partition (China, the EU sovereign cloud and the isolated
+    partitions have their own)."""
+    return next((p.dns_suffix for p in _table().partitions if p.id == partition_name), "amazonaws.com")
+
+
+def gaps(region: str) -> list[str]:
+    """What cannot be checked in ``region`` for want of a fact, one line each (empty when the
+    table knows the Region's zones and on-demand GPU offers)."""
+    f = _table().regions.get(region)
+    out = []
+    if f is None:
+        out.append(f"no Availability Zone facts for {region} in infra/aws_facts.yaml: zone names (network.availabilityZones, efa.availabilityZone, trainjobs.<job>.availabilityZone) are not checked")
+    if f is None or f.offered is None:
+        out.append(f"no on-demand GPU offer list for {region} in infra/aws_facts.yaml: whether the region sells the configured GPU types is not checked")
+    return out
 
 
 def zones(region: str) -> list[str]:

@@ -27,19 +27,22 @@ from infra.config_schema import Bool, ConfigError, ConfigErrors, Float, Int, Sch
 
 # --- value checks (return the "allowed" text when the value is bad) -------------------------
 
-_INSTANCE_TYPE_RE = re.compile(r"^([a-z]+)(\d+)([a-z-]*)\.(nano|micro|small|medium|large|\d*xlarge|metal(-\d+xl)?)$")
-_K8S_QUANTITY_RE = re.compile(r"^(\d+(\.\d+)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
-_CLUSTER_NAME_RE = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$")
-DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_ARN_PRINCIPAL_RE = re.compile(r"^arn:aws[a-z-]*:(iam|sts)::\d{12}:(role|user|assumed-role)/[\w+=,.@/-]+$")
-_KMS_ARN_RE = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:(key|alias)/[\w/-]+$")
-AZ_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
-_DURATION_RE = re.compile(r"^(Never|(\d+(s|m|h))+)$")
+_INSTANCE_TYPE_RE = re.compile(r"^([a-z]+)(\d+)([a-z-]*)\.(nano|micro|small|medium|large|\d*xlarge|metal(-\d+xl)?)$", re.ASCII)
+_K8S_QUANTITY_RE = re.compile(r"^(\d+(\.\d+)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$", re.ASCII)
+_CLUSTER_NAME_RE = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$", re.ASCII)
+DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", re.ASCII)
+# EKS access entries take an IAM role or user (EKS API CreateAccessEntry, principalArn); a
+# session of an assumed role (arn:aws:sts::ACCOUNT:assumed-role/ROLE/SESSION) is no principal
+_ARN_PRINCIPAL_RE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/([A-Za-z0-9+=,.@_-]+/)*[A-Za-z0-9+=,.@_-]{1,64}$", re.ASCII)
+_STS_SESSION_RE = re.compile(r"^arn:(aws[a-z-]*):sts::(\d{12}):assumed-role/([A-Za-z0-9+=,.@_-]+)/.+$", re.ASCII)
+_KMS_ARN_RE = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:(key|alias)/[\w/-]+$", re.ASCII)
+AZ_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$", re.ASCII)
+_DURATION_RE = re.compile(r"^(Never|(\d+(s|m|h))+)$", re.ASCII)
 
 
 def is_graviton(instance_type: str) -> bool:
     """Graviton (ARM64) types carry a 'g' in the suffix after the generation: c7g, m6gd, c6gn, g5g."""
-    m = _INSTANCE_TYPE_RE.match(instance_type)
+    m = _INSTANCE_TYPE_RE.fullmatch(instance_type)
     if not m:
         return False
     family, _gen, suffix = m.group(1), m.group(2), m.group(3)
@@ -47,9 +50,24 @@ def is_graviton(instance_type: str) -> bool:
 
 
 def _instance_type(value: str) -> str | None:
-    if not _INSTANCE_TYPE_RE.match(value):
-        return "allowed: an EC2 instance type such as c7g.2xlarge or c6i.2xlarge"
+    if not _INSTANCE_TYPE_RE.fullmatch(value) or not aws_facts.is_instance_type(value):
+        close = difflib.get_close_matches(value, aws_facts.instance_types(), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        return f"{hint}allowed: an EC2 instance type that exists (pulumi_aws.ec2.InstanceType), such as c7g.2xlarge or c6i.2xlarge"
     return None
+
+
+def _principal_arns(values: list[str]) -> str | None:
+    for v in values:
+        if _ARN_PRINCIPAL_RE.fullmatch(v):
+            continue
+        if m := _STS_SESSION_RE.fullmatch(v):
+            return f"{v!r} is a session of a role, not a principal EKS accepts; allowed: the role itself, arn:{m[1]}:iam::{m[2]}:role/{m[3]}"
+        return f"{v!r} is not valid; allowed: IAM role or user ARNs such as arn:aws:iam::123456789012:role/Admin"
+    return None
+
+
+_PRINCIPAL_ARNS = SchemaCheck(_principal_arns, {"pattern": _ARN_PRINCIPAL_RE.pattern})
 
 
 def _cidr(value: str) -> str | None:
@@ -104,7 +122,7 @@ def _pattern(regex: re.Pattern, allowed: str) -> SchemaCheck:
     def check(value: Any) -> str | None:
         items = value if isinstance(value, list) else [value]
         for v in items:
-            if not regex.match(v):
+            if not regex.fullmatch(v):
                 return f"{v!r} is not valid; allowed: {allowed}" if isinstance(value, list) else f"allowed: {allowed}"
         return None
 
@@ -112,7 +130,7 @@ def _pattern(regex: re.Pattern, allowed: str) -> SchemaCheck:
 
 
 def _quantity(value: str) -> str | None:
-    if not _K8S_QUANTITY_RE.match(value) or float(re.sub(r"[A-Za-z]+$", "", value) or 0) <= 0:
+    if not _K8S_QUANTITY_RE.fullmatch(value) or float(re.sub(r"[A-Za-z]+$", "", value) or 0) <= 0:
         return "allowed: a positive Kubernetes quantity such as 64Gi or 512Mi"
     return None
 
@@ -140,7 +158,7 @@ def _unique(values: list) -> str | None:
 
 _IN_CATALOG = SchemaCheck(_in_catalog, {"enum": sorted(catalog.catalog())})
 _FLOW_LOG_RETENTION = (0, 1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)
-_SUBNET_ID = _pattern(re.compile(r"^subnet-[0-9a-f]{8,17}$"), "subnet ids such as subnet-0abc1234")
+_SUBNET_ID = _pattern(re.compile(r"^subnet-[0-9a-f]{8,17}$", re.ASCII), "subnet ids such as subnet-0abc1234")
 
 
 # --- network ---------------------------------------------------------------------------------
@@ -151,7 +169,7 @@ class NetworkSettings(Section):
     az_count: Int = opt(2, "availability zones to spread subnets over (new VPC only)", check=_range(2, 6))
     availability_zones: list[str] = opt([], "explicit AZ names; empty = the region's first azCount zones", check=_pattern(AZ_RE, "AZ names such as us-west-2a"))
     nat_gateways: str = opt("single", "one shared NAT gateway, or one per AZ", choices=("single", "perAz"))
-    vpc_id: str | None = opt(None, "bring your own VPC: its id (then give the subnet ids)", check=_pattern(re.compile(r"^vpc-[0-9a-f]{8,17}$"), "a VPC id such as vpc-0abc12345def67890"))
+    vpc_id: str | None = opt(None, "bring your own VPC: its id (then give the subnet ids)", check=_pattern(re.compile(r"^vpc-[0-9a-f]{8,17}$", re.ASCII), "a VPC id such as vpc-0abc12345def67890"))
     flow_log_retention_days: Int = opt(
         30,
         "VPC flow logs (all traffic) kept this many days in CloudWatch; 0 turns them off (new VPC only)",
@@ -187,7 +205,7 @@ class ClusterSettings(Section):
     endpoint_public_access: Bool = opt(False, "also expose the API server publicly, restricted to publicAccessCidrs (the private endpoint is always on)")
     public_access_cidrs: list[str] = opt([], "CIDRs allowed to reach the public endpoint (required when it is on)", check=_cidr_list)
     allow_public_access_from_anywhere: Bool = opt(False, "explicitly allow 0.0.0.0/0 on the public endpoint")
-    admin_principal_arns: list[str] = opt([], "IAM roles/users granted cluster-admin through access entries", check=_pattern(_ARN_PRINCIPAL_RE, "IAM role or user ARNs such as arn:aws:iam::123456789012:role/Admin"))
+    admin_principal_arns: list[str] = opt([], "IAM roles/users granted cluster-admin through access entries", check=_PRINCIPAL_ARNS)
     secrets_kms_key_arn: str | None = opt(None, "customer KMS key for envelope encryption of Secrets (in the stack's region)", check=_pattern(_KMS_ARN_RE, "a KMS key ARN"))
 
     def problems(self, path: str) -> Iterator[ConfigError]:
@@ -247,8 +265,8 @@ class NodeGroupsSettings(Section):
 
 # --- GPU capacity ----------------------------------------------------------------------------
 
-_CAPACITY_RESERVATION_ID_RE = re.compile(r"^cr-[0-9a-f]{17}$")
-_ACCOUNT_ID_RE = re.compile(r"^\d{12}$")
+_CAPACITY_RESERVATION_ID_RE = re.compile(r"^cr-[0-9a-f]{17}$", re.ASCII)
+_ACCOUNT_ID_RE = re.compile(r"^\d{12}$", re.ASCII)
 
 
 class CapacityReservationSelectorTerm(Section):
@@ -358,17 +376,17 @@ class TrainerSettings(Section):
 
 # --- training jobs ---------------------------------------------------------------------------
 
-_IMAGE_CHECK = _pattern(re.compile(r"^[a-z0-9.-]+(:\d+)?(/[a-z0-9._-]+)+(:[\w.-]+|@sha256:[0-9a-f]{64})$"), "an image reference such as registry/org/name:tag")
-_MODEL_CHECK = _pattern(re.compile(r"^[\w.-]+(/[\w.-]+)?$"), "a model id such as google-t5/t5-large")
+_IMAGE_CHECK = _pattern(re.compile(r"^[a-z0-9.-]+(:\d+)?(/[a-z0-9._-]+)+(:[\w.-]+|@sha256:[0-9a-f]{64})$", re.ASCII), "an image reference such as registry/org/name:tag")
+_MODEL_CHECK = _pattern(re.compile(r"^[\w.-]+(/[\w.-]+)?$", re.ASCII), "a model id such as google-t5/t5-large")
 HF_SCHEME = "hf://"
 # The Trainer's Hugging Face dataset initializer downloads repo ``<netloc>/<first path segment>``
 # of STORAGE_URI (kubeflow/trainer pkg/initializers/dataset/huggingface.py, v2.1.0 and v2.3.0): an
 # id without an owner has no path segment and fails there, a longer path is silently cut; so an
 # ``owner/name`` id, with or without ``hf://``.
-_DATASET_RE = re.compile(r"^(hf://)?[\w.-]+/[\w.-]+$")
+_DATASET_RE = re.compile(r"^(hf://)?[\w.-]+/[\w.-]+$", re.ASCII)
 _DATASET_CHECK = _pattern(_DATASET_RE, "a Hugging Face dataset id owner/name such as FiscalNote/billsum, or its URI hf://FiscalNote/billsum")
 # Secret names are DNS subdomains (Kubernetes API conventions)
-_SECRET_NAME_CHECK = _pattern(re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"), "the name of a Secret in the jobs' namespace, such as hf-token")
+_SECRET_NAME_CHECK = _pattern(re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$", re.ASCII), "the name of a Secret in the jobs' namespace, such as hf-token")
 
 
 def hf_uri(repo: str) -> str:
@@ -603,7 +621,7 @@ class TenantSettings(Section):
         None, "GPUs the team is guaranteed in each GPU pool (required): its ClusterQueue's nominal quota with Kueue, its namespace's ResourceQuota without", check=_range(1)
     )
     principal_arns: list[str] = opt(
-        [], "IAM roles/users of the team: an access entry each, in a Kubernetes group bound to the team's Role in its namespace only", check=_pattern(_ARN_PRINCIPAL_RE, "IAM role or user ARNs such as arn:aws:iam::123456789012:role/VisionTeam")
+        [], "IAM roles/users of the team: an access entry each, in a Kubernetes group bound to the team's Role in its namespace only", check=_PRINCIPAL_ARNS
     )
     cpu_quota: str | None = opt(None, "CPU the team may request; unset = what its GPUs bring on the pools' nodes (vCPUs per GPU of the largest ratio)", check=_quantity)
     memory_quota: str | None = opt(None, "memory the team may request; unset = what its GPUs bring on the pools' nodes", check=_quantity)
@@ -627,7 +645,7 @@ class TenantsSettings(RootModel[dict[str, TenantSettings]]):
 
     def problems(self, path: str) -> Iterator[ConfigError]:
         for team, tenant in self.root.items():
-            if not DNS_LABEL_RE.match(team):
+            if not DNS_LABEL_RE.fullmatch(team):
                 yield ConfigError(f"{path}.{team}", team, "a team name must be a DNS label (it names the team's Kubernetes objects and default namespace); allowed: lower-case letters, digits and '-', such as vision")
             yield from problems_of(tenant, f"{path}.{team}")
 
@@ -658,7 +676,7 @@ class KueueSettings(Section):
         None,
         "an admitted TrainJob whose pods are not all running by then is suspended and requeued (all-or-nothing: waitForPodsReady.timeout); Kueue counts the initializers' downloads inside it; "
         f"unset = sized by the stack: {NODE_LAUNCH_MINUTES} min for a GPU node's launch and image pull, plus twice the largest download (trainjobs.<job>.downloadGib) at {DOWNLOAD_MIB_PER_S} MiB/s",
-        check=_pattern(re.compile(r"^(\d+(s|m|h))+$"), "a duration such as 30m or 1h"),
+        check=_pattern(re.compile(r"^(\d+(s|m|h))+$", re.ASCII), "a duration such as 30m or 1h"),
     )
     requeue_limit: Int = opt(
         3, "times a job that timed out waiting for its pods is requeued before Kueue deactivates it (waitForPodsReady.requeuingStrategy.backoffLimitCount): it then ends with reason RequeuingLimitExceeded instead of holding quota in a loop", check=_range(0, 100)
@@ -732,6 +750,11 @@ class Settings(StackConfig):
         """Where training runs: the stack's own jobs' namespace, then every team's."""
         return [self.trainjobs.namespace, *(self.tenants.namespace_of(t) for t in self.tenants.teams())]
 
+    def fact_gaps(self) -> list[str]:
+        """What the config checks could not judge in this Region for want of a fact (warned once
+        per run, never refused)."""
+        return aws_facts.gaps(self.region)
+
     def start_minutes_needed(self) -> int:
         """Minutes an admitted job of this stack may need before all its pods run: a node's
         launch plus twice its largest download (see NODE_LAUNCH_MINUTES)."""
@@ -753,11 +776,12 @@ class Settings(StackConfig):
 def load_settings(raw: Mapping[str, Any], *, stack: str, region: str) -> Settings:
     """Validate the whole project config; raise one ConfigErrors listing every problem."""
     errors: list[ConfigError] = []
-    region_known = aws_facts.is_known_region(region or "")
-    if not region_known:
-        close = difflib.get_close_matches(region or "", aws_facts.regions(), n=1)
+    is_region = aws_facts.is_region(region or "")
+    if not is_region:
+        close = difflib.get_close_matches(region or "", aws_facts.all_regions(), n=1)
         hint = f"did you mean '{close[0]}'? " if close else ""
-        errors.append(ConfigError("aws:region", region, f"{hint}allowed: an AWS region the platform knows (infra/aws_facts.yaml): {', '.join(aws_facts.regions())}; set aws:region in the stack file"))
+        errors.append(ConfigError("aws:region", region, f"{hint}allowed: an AWS Region (pulumi_aws.Region), such as us-west-2 or ap-northeast-2; set aws:region in the stack file"))
+    facts_for = {None: True, "region": is_region, "zones": aws_facts.is_known_region(region or "")}
     for key in raw:
         if key not in SECTIONS:
             errors.append(ConfigError(key, raw[key], unknown_key_hint(key, list(SECTIONS))))
@@ -775,8 +799,8 @@ def load_settings(raw: Mapping[str, Any], *, stack: str, region: str) -> Setting
     # rules across sections, also beside field errors elsewhere (one run names every problem);
     # a rule's finding on a key already reported is left out (no follow-on errors)
     reported = [e.key for e in errors]
-    for needs, needs_region, rule in _RULES:
-        if set(needs) <= usable and (region_known or not needs_region):
+    for needs, needs_facts, rule in _RULES:
+        if set(needs) <= usable and facts_for[needs_facts]:
             errors += [e for e in rule(settings) if not any(_same_or_within(e.key, r) for r in reported)]
     if errors:
         raise ConfigErrors(errors)
@@ -807,7 +831,7 @@ def _same_or_within(key: str, reported: str) -> bool:
 
 
 def _cluster_name_rule(s: Settings) -> Iterator[ConfigError]:
-    if s.cluster.name is None and not _CLUSTER_NAME_RE.match(s.cluster_name):
+    if s.cluster.name is None and not _CLUSTER_NAME_RE.fullmatch(s.cluster_name):
         yield ConfigError("cluster.name", s.cluster_name, "the default name from the stack name is not a valid EKS name; set cluster.name")
 
 
@@ -896,7 +920,7 @@ def _tenant_rules(s: Settings) -> Iterator[ConfigError]:
     reserved = system_namespaces()
     owner: dict[str, str] = {}
     admins = set(s.cluster.admin_principal_arns)
-    part = aws_facts.partition(s.region) if aws_facts.is_known_region(s.region) else None
+    part = aws_facts.partition(s.region) if aws_facts.is_region(s.region) else None
     principals: dict[str, str] = {}
     for team, t in tenants.items():
         ns = s.tenants.namespace_of(team)
@@ -931,16 +955,36 @@ def _tenant_rules(s: Settings) -> Iterator[ConfigError]:
         )
 
 
-# (sections the rule reads, whether it needs a known aws:region, the rule)
-_RULES: list[tuple[tuple[str, ...], bool, Callable[[Settings], Iterator[ConfigError]]]] = [
-    (("cluster",), False, _cluster_name_rule),
-    (("cluster",), True, _arn_rules),
-    (("network", "efa", "trainjobs"), True, _zone_rules),
-    (("gpuPool", "efa", "trainer", "trainjobs"), False, _job_rules),
-    (("cluster", "gpuPool", "trainer", "trainjobs", "tenants", "kueue"), False, _tenant_rules),
-    (("trainer", "trainjobs", "gpuPool", "smokeChecks"), False, lambda s: _lifecycle_rules(s)),
-    (("trainjobs", "kueue"), False, lambda s: _start_time_rule(s)),
+# (sections the rule reads, the facts it needs: None, "region" (a real AWS Region: its
+# partition) or "zones" (the facts table's zones for it), the rule)
+_RULES: list[tuple[tuple[str, ...], str | None, Callable[[Settings], Iterator[ConfigError]]]] = [
+    (("cluster",), None, _cluster_name_rule),
+    (("cluster",), "region", _arn_rules),
+    (("network", "efa", "trainjobs"), "zones", _zone_rules),
+    (("gpuPool", "efa", "trainer", "trainjobs"), None, _job_rules),
+    (("gpuPool", "efa", "trainjobs", "smokeChecks"), "region", lambda s: _offer_rules(s)),
+    (("cluster", "gpuPool", "trainer", "trainjobs", "tenants", "kueue"), None, _tenant_rules),
+    (("trainer", "trainjobs", "gpuPool", "smokeChecks"), None, lambda s: _lifecycle_rules(s)),
+    (("trainjobs", "kueue"), None, lambda s: _start_time_rule(s)),
 ]
+
+
+def _offer_rules(s: Settings) -> Iterator[ConfigError]:
+    """A GPU type the facts table knows the Region does not sell on demand can never launch
+    (aws_facts.offers: False); where the table cannot say, aws_facts.gaps warns instead."""
+    wanted: dict[str, list[str]] = {}
+    for name, job in s.trainjobs.jobs().items():
+        wanted.setdefault(job.instance_type, []).append(f"trainjobs.{name}.instanceType")
+    if s.efa.enabled:
+        for i, t in enumerate(s.efa.instance_types):
+            wanted.setdefault(t, []).append(f"efa.instanceTypes[{i}]")
+    if s.smoke_checks.enabled and s.smoke_checks.instance_type:
+        wanted.setdefault(s.smoke_checks.instance_type, []).append("smokeChecks.instanceType")
+    for t, keys in wanted.items():
+        if aws_facts.offers(s.region, t) is False:
+            for key in keys:
+                offered = sorted(aws_facts.facts(s.region).offered or ())
+                yield ConfigError(key, t, f"not sold on demand in {s.region} (infra/aws_facts.yaml); allowed: a GPU type the region offers: {', '.join(offered)}")
 
 
 def _start_time_rule(s: Settings) -> Iterator[ConfigError]:

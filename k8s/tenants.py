@@ -88,7 +88,7 @@ def _meta(name: str, ns: str | None, team: str) -> dict[str, Any]:
 
 
 def namespace(ns: str, team: str) -> dict:
-    if not DNS_LABEL_RE.match(ns):
+    if not DNS_LABEL_RE.fullmatch(ns):
         raise ValueError(f"namespace {ns!r} is not a DNS label")
     meta = _meta(ns, None, team)
     meta["labels"].update(TEAM_POD_SECURITY_LABELS)
@@ -225,7 +225,7 @@ def tenant_dirs_script(teams: list[str], uid: int) -> str:
     pods (the training uid) must read what the root-run initializers wrote there. Other teams
     never see the directory: their volumes mount only their own."""
     for t in teams:
-        if not DNS_LABEL_RE.match(t):
+        if not DNS_LABEL_RE.fullmatch(t):
             raise ValueError(f"team {t!r} is not a DNS label")
     dirs = " ".join(f"/fs/{team_directory(t)}" for t in sorted(teams))
     return f'set -eu; for d in {dirs}; do mkdir -p "$d"; chmod 0755 "$d"; chown {uid}:{uid} "$d"; done'

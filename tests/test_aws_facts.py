@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
 from infra import aws_facts
+from infra.config_schema import ConfigError
 from tests.conftest import PROJECT, dev_config, run_config, run_stack
 from tools.mock_runtime import PlanMocks, ProgramError
 
@@ -116,6 +119,8 @@ def test_a_zone_the_table_does_not_list_fails():
 def test_invented_arns_use_the_region_partition(region, partition):
     cfg = dev_config(**{"aws:region": region})
     cfg["training-platform:cluster"]["adminPrincipalArns"] = [f"arn:{partition}:iam::123456789012:role/PlatformAdmin"]
+    if partition == "aws-us-gov":  # GovCloud (US-West) sells no g5 on demand (the facts table): dev's jobs on g6
+        cfg = json.loads(json.dumps(cfg).replace('"g5.', '"g6.'))
     run = run_config(cfg)
     arns = [r.state["arn"] for r in run.registrations if isinstance(r.state.get("arn"), str)]
     assert arns and all(a.startswith(f"arn:{partition}:") for a in arns)
@@ -124,8 +129,48 @@ def test_invented_arns_use_the_region_partition(region, partition):
 
 
 def test_unknown_region_fails_the_program():
-    with pytest.raises(ProgramError, match="aws_facts"):
+    with pytest.raises(ProgramError, match="not an AWS Region|allowed: an AWS Region"):
         run_config(dev_config(**{"aws:region": "xx-east-9"}))
+
+
+def test_every_aws_region_is_accepted_and_the_gaps_are_said():
+    """pulumi_aws.Region is the list of Regions; the facts table only adds zones and GPU offers.
+    Where it has none, the config is not refused: what was not checked is named instead."""
+    from infra.settings import load_settings
+
+    assert len(aws_facts.all_regions()) >= 40 and "ap-northeast-2" in aws_facts.all_regions()
+    for region in aws_facts.all_regions():
+        s = load_settings({}, stack="dev", region=region)
+        assert s.region == region
+        assert bool(s.fact_gaps()) != (aws_facts.is_known_region(region) and aws_facts.facts(region).offered is not None)
+    assert aws_facts.gaps("us-east-1") == []
+    assert len(aws_facts.gaps("eu-south-2")) == 2 and len(aws_facts.gaps("ap-northeast-2")) == 1  # Seoul's zones are in the table
+    with pytest.raises(ConfigError, match="did you mean 'ap-northeast-2'"):
+        load_settings({}, stack="dev", region="ap-northaest-2")
+
+
+@pytest.mark.parametrize("region,partition,suffix", [
+    ("ap-northeast-2", "aws", "amazonaws.com"), ("eu-south-2", "aws", "amazonaws.com"), ("cn-northwest-1", "aws-cn", "amazonaws.com.cn"),
+    ("us-gov-east-1", "aws-us-gov", "amazonaws.com"), ("eusc-de-east-1", "aws-eusc", "amazonaws.eu"), ("us-iso-east-1", "aws-iso", "c2s.ic.gov"),
+])
+def test_partitions_follow_botocores_rules(region, partition, suffix):
+    assert aws_facts.partition(region) == partition and aws_facts.dns_suffix(partition) == suffix
+
+
+@pytest.mark.parametrize("stack", ["dev", "teams", "workshop", "prod"])
+def test_the_seed_stacks_render_in_seoul(stack):
+    """ap-northeast-2, where the workshop and the seeds' eksctl cluster run: every stack renders
+    there (prod's pinned zones moved to Seoul's)."""
+    import yaml
+
+    from tools.mock_runtime import run_program
+
+    cfg = yaml.safe_load(open(f"Pulumi.{stack}.yaml"))
+    cfg = yaml.safe_load(yaml.safe_dump(cfg).replace("us-east-1", "ap-northeast-2"))
+    cfg["config"]["aws:region"] = "ap-northeast-2"
+    run = run_program(".", stack, stack_config=cfg)
+    zones = {r.inputs["availabilityZone"] for r in run.by_type("aws:ec2/subnet:Subnet")}
+    assert zones and all(z.startswith("ap-northeast-2") for z in zones)
 
 
 def test_region_name_rule_of_the_iam_policy_agrees_with_the_table():

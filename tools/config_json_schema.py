@@ -47,7 +47,7 @@ def schema() -> dict[str, Any]:
                 "description": "Stack configuration: the project's keys (training-platform:<section>) and other namespaces (aws:, pulumi:, kubernetes:...).",
                 "properties": {
                     # not required: like the AWS provider, the program falls back to AWS_REGION
-                    "aws:region": {"description": "the AWS region to deploy to (infra/aws_facts.yaml lists the known ones); unset = $AWS_REGION", "enum": aws_facts.regions()},
+                    "aws:region": {"description": "the AWS region to deploy to (any of pulumi_aws.Region; infra/aws_facts.yaml adds zones and GPU offers for some); unset = $AWS_REGION", "enum": list(aws_facts.all_regions())},
                     **sections,
                 },
                 # any other provider's namespace; a training-platform key that is not a section is an error

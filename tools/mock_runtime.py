@@ -9,7 +9,7 @@ This is the one harness behind ``make render`` and the tests. It uses
   resource references there, which binds them to the wrong event loop and hangs or fails the
   program. Here the protobuf struct is decoded to plain data instead;
 * answers the provider functions the program calls (AZs, caller identity, partition) from the
-  table of real AWS facts (``infra/aws_facts.yaml``): a region the table does not know fails
+  table of real AWS facts (``infra/aws_facts.yaml``): a name that is no AWS Region fails
   instead of being invented, and every ARN the mock makes uses the region's partition;
 * returns plausible outputs for each resource type, including the remote ``eks`` components.
 """
@@ -121,13 +121,13 @@ class PlanMocks(pmocks.Mocks):
 
     def __init__(self, region: str, caller_arn: str | None = None, ssm_parameters: dict[str, str] | None = None):
         self.region = region
-        self.known_region = aws_facts.is_known_region(region)
+        self.known_region = aws_facts.is_region(region)
         self.partition = aws_facts.partition(region) if self.known_region else None
         self.ssm_parameters = dict(ssm_parameters or {})  # what an earlier deploy left in SSM
         self.caller_arn = caller_arn or f"arn:{self.partition or 'aws'}:iam::{ACCOUNT}:user/render"
 
     def _unknown_region(self) -> str:
-        return f"region {self.region!r} is not in infra/aws_facts.yaml (known: {', '.join(aws_facts.regions())}); the mock runtime does not invent one"
+        return f"{self.region!r} is not an AWS Region (pulumi_aws.Region); the mock runtime does not invent one"
 
     def _arn(self) -> str:
         """``arn:<partition>`` of the region; an unknown region is an error, not ``aws``."""
@@ -137,6 +137,14 @@ class PlanMocks(pmocks.Mocks):
 
     def _dns_suffix(self) -> str:
         return aws_facts.dns_suffix(self.partition or "aws")
+
+    def _zones(self) -> tuple[list[str], list[str]]:
+        """(names, AZ IDs) one account is shown: the facts table's; for a Region it has no zones
+        for (the program warns: aws_facts.gaps), three zones named by AWS's documented scheme
+        (Region code + letter), with no AZ IDs: nothing the render checks depends on them."""
+        if aws_facts.is_known_region(self.region):
+            return aws_facts.account_zones(self.region), aws_facts.zone_ids(self.region)
+        return [f"{self.region}{letter}" for letter in "abc"], []
 
     def call(self, args: pmocks.MockCallArgs) -> tuple[dict, list[tuple[str, str]]]:
         if args.token == "aws:ssm/getParameter:getParameter":
@@ -151,14 +159,15 @@ class PlanMocks(pmocks.Mocks):
     def _answer(self, args: pmocks.MockCallArgs) -> dict:
         tok = args.token
         if tok == "aws:index/getAvailabilityZones:getAvailabilityZones":  # what one account is shown
-            return {"names": aws_facts.account_zones(self.region), "zoneIds": aws_facts.zone_ids(self.region), "id": self.region}
+            names, ids = self._zones()
+            return {"names": names, "zoneIds": ids, "id": self.region}
         if tok == "aws:index/getCallerIdentity:getCallerIdentity":
             return {"accountId": self.caller_arn.split(":")[4], "arn": self.caller_arn, "userId": "AIDRENDER", "id": self.caller_arn.split(":")[4]}
         if tok == "aws:index/getPartition:getPartition":
             return {"partition": self.partition, "dnsSuffix": self._dns_suffix(), "id": self.partition}
         if tok == "aws:ec2/getSubnet:getSubnet":
             sid = args.args.get("id", "")
-            zones = aws_facts.account_zones(self.region)
+            zones = self._zones()[0]
             return {"id": sid, "availabilityZone": zones[int(_short_id(sid), 16) % min(3, len(zones))], "vpcId": "vpc-0"}
         if tok == "aws:index/getRegion:getRegion":
             return {"name": self.region, "region": self.region, "id": self.region}

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 MAX_CONFIGMAP_BYTES = 1024 * 1024
 KEY_MAX_LENGTH = 253  # IsConfigMapKey: at most 253 characters
-_KEY_RE = re.compile(r"^[-._a-zA-Z0-9]+$")
+_KEY_RE = re.compile(r"^[-._a-zA-Z0-9]+$", re.ASCII)
 SUBDIR_SEPARATOR = "__"
 
 
@@ -58,7 +58,7 @@ def _mib(n: int) -> str:
 
 def _key(rel: str) -> str:
     key = rel.replace("/", SUBDIR_SEPARATOR)
-    if not _KEY_RE.match(key) or len(key) > KEY_MAX_LENGTH or key in (".", "..") or key.startswith(".."):
+    if not _KEY_RE.fullmatch(key) or len(key) > KEY_MAX_LENGTH or key in (".", "..") or key.startswith(".."):
         raise CodeError(f"file {rel!r}: a ConfigMap can only hold file names of letters, digits, '-', '_' and '.' (at most {KEY_MAX_LENGTH} characters with the path); rename it")
     return key
 

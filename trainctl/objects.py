@@ -39,9 +39,9 @@ MAX_NODES = 1000
 DEFAULT_INSTANCE_TYPE = "g5.xlarge"
 """``--instance-type`` where the cluster publishes no facts (k8s/platform_facts.py) to take it from."""
 # TrainJob names: the CRD's CEL rules (kubeflow/trainer v2.3.0 trainjob_types.go: RFC 1035 label, at most 63)
-_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$", re.ASCII)
 NAME_MAX = 63
-_IMAGE_RE = re.compile(r"^[a-z0-9.-]+(:\d+)?(/[a-z0-9._-]+)+(:[\w.-]+|@sha256:[0-9a-f]{64})$")
+_IMAGE_RE = re.compile(r"^[a-z0-9.-]+(:\d+)?(/[a-z0-9._-]+)+(:[\w.-]+|@sha256:[0-9a-f]{64})$", re.ASCII)
 
 
 class SubmitError(ValueError):
@@ -71,20 +71,20 @@ def check(req: Request) -> None:
         raise SubmitError(f"unknown runtime {req.runtime!r}; allowed: {', '.join(RUNTIMES)}")
     if req.nodes < 1 or req.nodes > MAX_NODES:
         raise SubmitError(f"--nodes {req.nodes}: allowed: 1 to {MAX_NODES}")
-    if not DNS_LABEL_RE.match(req.namespace):
+    if not DNS_LABEL_RE.fullmatch(req.namespace):
         raise SubmitError(f"--namespace {req.namespace!r} is not a namespace name (a DNS label such as vision)")
     if req.instance_type not in catalog.catalog():
         raise SubmitError(f"--instance-type {req.instance_type!r} is not in the GPU catalog; allowed: {', '.join(sorted(catalog.catalog()))}")
     gpus = catalog.lookup(req.instance_type).gpus
     if req.gpus_per_node is not None and not 1 <= req.gpus_per_node <= gpus:
         raise SubmitError(f"--gpus-per-node {req.gpus_per_node}: allowed: 1 to {gpus} ({req.instance_type} has {gpus} GPUs)")
-    if req.image is not None and (not _IMAGE_RE.match(req.image) or req.image.endswith(":latest")):
+    if req.image is not None and (not _IMAGE_RE.fullmatch(req.image) or req.image.endswith(":latest")):
         raise SubmitError(f"--image {req.image!r}: allowed: an image reference with a pinned tag or digest (not latest), such as registry/org/name:1.0")
-    if req.name is not None and (not _NAME_RE.match(req.name) or len(req.name) > NAME_MAX):
+    if req.name is not None and (not _NAME_RE.fullmatch(req.name) or len(req.name) > NAME_MAX):
         raise SubmitError(f"--name {req.name!r}: allowed: a lowercase RFC 1035 label (a letter first, then letters, digits, '-'), at most {NAME_MAX} characters")
     if req.trainer_version not in versions.TRAINER_VERSIONS:
         raise SubmitError(f"--trainer-version {req.trainer_version!r}; allowed: {', '.join(versions.TRAINER_VERSIONS)}")
-    if req.efa_zone is not None and not AZ_RE.match(req.efa_zone):
+    if req.efa_zone is not None and not AZ_RE.fullmatch(req.efa_zone):
         raise SubmitError(f"--efa-zone {req.efa_zone!r}: allowed: an AZ name such as us-west-2a")
     if not req.command:
         raise SubmitError("no command: give it after --, e.g. trainctl submit ... ./proj -- python train.py")
