@@ -77,8 +77,10 @@ def looks_secret(key: str, value: Any) -> bool:
 
 def _line(key: str, value: Any, allowed: str) -> str:
     full = key if ":" in key else f"{PROJECT}:{key}"  # aws:region and other namespaces as they are
+    if not full.isprintable():  # a key with a newline or control character stays on its one line
+        full = full.encode("unicode_escape").decode("ascii")
     shown = REDACTED if looks_secret(key, value) else repr(value)
-    return f"invalid config {full} = {shown}: {allowed}"
+    return " ".join(f"invalid config {full} = {shown}: {allowed}".splitlines())
 
 
 def camel(name: str) -> str:
@@ -108,8 +110,10 @@ def _bool(value: Any) -> Any:
     raise PydanticCustomError("config", "{allowed}", {"allowed": "expected a boolean (true/false)"})
 
 
-Int = Annotated[int, BeforeValidator(_reject_bool)]
-"""An integer (YAML ``5``, ``5.0`` or ``"5"``); ``true`` is not 1."""
+INT64 = (-(2**63), 2**63 - 1)
+Int = Annotated[int, BeforeValidator(_reject_bool), Field(ge=INT64[0], le=INT64[1])]
+"""An integer (YAML ``5``, ``5.0`` or ``"5"``); ``true`` is not 1; within int64 (what the
+Kubernetes API and its CRDs hold)."""
 
 
 def _reject_bool_number(value: Any) -> Any:
@@ -331,6 +335,9 @@ def _from_pydantic(cls: type[BaseModel], path: str, err: Any) -> ConfigError:
         model = _model_at(cls, loc)
         allowed = "expected an object with keys " + ", ".join(keys_of(model)) if model else "expected an object"
         return ConfigError(key, value, allowed)
+    if kind in ("less_than_equal", "greater_than_equal"):
+        bound = ctx.get("le", ctx.get("ge"))
+        return ConfigError(key, value, f"allowed: {'at most' if kind == 'less_than_equal' else 'at least'} {bound} (a 64-bit integer, as the Kubernetes API holds)")
     allowed = _TYPE_TEXT.get(kind, str(err["msg"]))
     if value is None:
         allowed += ", not null"

@@ -2,28 +2,14 @@
 
 from __future__ import annotations
 
-import ipaddress
 import json
-import math
 
 import pulumi
 import pulumi_aws as aws
 
 from infra.iam import assume_role_policy
 from infra.names import LOG_GROUP
-from infra.settings import NetworkSettings
-
-
-def subnet_plan(cidr: str, az_count: int) -> tuple[list[str], list[str]]:
-    """Split the VPC CIDR: the first half holds the private subnets (pods and nodes need room),
-    a quarter of the second half the (small) public subnets for load balancers and NAT."""
-    vpc = ipaddress.IPv4Network(cidr)
-    bits = math.ceil(math.log2(az_count))
-    private_half, public_half = vpc.subnets(prefixlen_diff=1)
-    private = list(private_half.subnets(prefixlen_diff=bits))[:az_count]
-    public_quarter = next(public_half.subnets(prefixlen_diff=2))
-    public = list(public_quarter.subnets(prefixlen_diff=bits))[:az_count]
-    return [str(n) for n in private], [str(n) for n in public]
+from infra.settings import NetworkSettings, subnet_plan  # noqa: F401  (subnet_plan: part of this module's interface)
 
 
 def pick_zones(available: list[str], required: list[str], count: int) -> list[str]:

@@ -129,9 +129,33 @@ def _pattern(regex: re.Pattern, allowed: str) -> SchemaCheck:
     return SchemaCheck(check, {"pattern": regex.pattern})
 
 
+_QUANTITY_FACTORS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+
+
+def quantity_bytes(value: str) -> float:
+    """Bytes of a Kubernetes quantity such as ``64Gi`` (one already checked by :func:`_quantity`)."""
+    m = _K8S_QUANTITY_RE.fullmatch(value)
+    assert m is not None
+    return float(m.group(1)) * _QUANTITY_FACTORS[m.group(3) or ""]
+
+
 def _quantity(value: str) -> str | None:
-    if not _K8S_QUANTITY_RE.fullmatch(value) or float(re.sub(r"[A-Za-z]+$", "", value) or 0) <= 0:
+    if not _K8S_QUANTITY_RE.fullmatch(value) or quantity_bytes(value) <= 0:
         return "allowed: a positive Kubernetes quantity such as 64Gi or 512Mi"
+    return None
+
+
+# /dev/shm carries PyTorch's DataLoader worker batches and NCCL's intra-node transport buffers
+# (NCCL's SHM transport; Docker's 64 MiB default is the classic cause of "unable to write to
+# /dev/shm"): below 1 GiB a GPU job fails at its first batches or collective
+SMALLEST_SHM = "1Gi"
+
+
+def _shm_size(value: str) -> str | None:
+    if problem := _quantity(value):
+        return problem
+    if quantity_bytes(value) < quantity_bytes(SMALLEST_SHM):
+        return f"allowed: at least {SMALLEST_SHM} (DataLoader workers and NCCL's shared-memory transport use /dev/shm), such as 64Gi"
     return None
 
 
@@ -164,6 +188,26 @@ _SUBNET_ID = _pattern(re.compile(r"^subnet-[0-9a-f]{8,17}$", re.ASCII), "subnet 
 # --- network ---------------------------------------------------------------------------------
 
 
+def subnet_plan(cidr: str, az_count: int) -> tuple[list[str], list[str]]:
+    """Split the VPC CIDR: the first half holds the private subnets (pods and nodes need room),
+    a quarter of the second half the (small) public subnets for load balancers and NAT."""
+    vpc = ipaddress.IPv4Network(cidr)
+    bits = math.ceil(math.log2(az_count))
+    private_half, public_half = vpc.subnets(prefixlen_diff=1)
+    private = list(private_half.subnets(prefixlen_diff=bits))[:az_count]
+    public_quarter = next(public_half.subnets(prefixlen_diff=2))
+    public = list(public_quarter.subnets(prefixlen_diff=bits))[:az_count]
+    return [str(n) for n in private], [str(n) for n in public]
+
+
+# A subnet's block is /16 to /28 (Amazon VPC User Guide, "Subnet CIDR blocks"), and AWS keeps 5
+# addresses of each. The VPC CNI gives every pod an address of its node's subnet: a private
+# subnet is sized for a GPU cluster's zone at /24 or larger (251 addresses: the system nodes, GPU
+# nodes and their pods, Karpenter's surge during replacement).
+SMALLEST_SUBNET_PREFIX = 28
+SMALLEST_PRIVATE_SUBNET_PREFIX = 24
+
+
 class NetworkSettings(Section):
     cidr: str = opt("10.0.0.0/16", "VPC CIDR block (new VPC only)", check=_cidr)
     az_count: Int = opt(2, "availability zones to spread subnets over (new VPC only)", check=_range(2, 6))
@@ -190,6 +234,27 @@ class NetworkSettings(Section):
                 yield ConfigError(f"{path}.availabilityZones", self.availability_zones, f"allowed: exactly azCount ({self.az_count}) distinct zone names")
         if len(set(self.availability_zones)) != len(self.availability_zones):
             yield ConfigError(f"{path}.availabilityZones", self.availability_zones, "allowed: distinct zone names")
+        for key, ids in (("privateSubnetIds", self.private_subnet_ids), ("publicSubnetIds", self.public_subnet_ids)):
+            if len(set(ids)) != len(ids):
+                yield ConfigError(f"{path}.{key}", ids, "allowed: distinct subnet ids (a subnet listed twice is one subnet)")
+        if both := sorted(set(self.private_subnet_ids) & set(self.public_subnet_ids)):
+            yield ConfigError(f"{path}.publicSubnetIds", self.public_subnet_ids, f"{', '.join(both)} also listed as private; allowed: a subnet is either private or public")
+        if self.create_vpc:
+            yield from self._subnet_size_problems(path)
+
+    def _subnet_size_problems(self, path: str) -> Iterator[ConfigError]:
+        private, public = subnet_plan(self.cidr, self.az_count)
+        private_prefix, public_prefix = ipaddress.IPv4Network(private[0]).prefixlen, ipaddress.IPv4Network(public[0]).prefixlen
+        # private: half the VPC split azCount ways; public: an eighth split azCount ways (subnet_plan)
+        bits = math.ceil(math.log2(self.az_count))
+        widest = min(SMALLEST_PRIVATE_SUBNET_PREFIX - 1 - bits, SMALLEST_SUBNET_PREFIX - 3 - bits)
+        if private_prefix > SMALLEST_PRIVATE_SUBNET_PREFIX or public_prefix > SMALLEST_SUBNET_PREFIX:
+            yield ConfigError(
+                f"{path}.cidr", self.cidr,
+                f"split over {self.az_count} zones it gives private subnets of /{private_prefix} and public subnets of /{public_prefix}; "
+                f"private subnets need /{SMALLEST_PRIVATE_SUBNET_PREFIX} or larger (every pod takes an address) and AWS's smallest subnet is /{SMALLEST_SUBNET_PREFIX}; "
+                f"allowed: a VPC CIDR of /{widest} or larger for azCount {self.az_count}",
+            )
 
     @property
     def create_vpc(self) -> bool:
@@ -262,6 +327,15 @@ class NodeGroupsSettings(Section):
     arm: ArmNodeGroupSettings = opt(ArmNodeGroupSettings(), "Graviton (ARM64) managed node group")
     x86: X86NodeGroupSettings = opt(X86NodeGroupSettings(), "x86_64 managed node group")
 
+    def problems(self, path: str) -> Iterator[ConfigError]:
+        # Karpenter, the Trainer, JobSet, Kueue and CoreDNS run on these groups (GPU nodes are
+        # tainted): with both able to shrink to nothing, nothing would launch GPU nodes either
+        if self.arm.min_size == 0 and self.x86.min_size == 0:
+            yield ConfigError(
+                f"{path}.x86.minSize", 0,
+                "both managed node groups have minSize 0, which leaves no node for Karpenter, the Trainer, Kueue and CoreDNS; allowed: minSize of at least 1 in one group",
+            )
+
 
 # --- GPU capacity ----------------------------------------------------------------------------
 
@@ -325,6 +399,12 @@ class GpuPoolSettings(Section):
             yield ConfigError(terms, [], "required when gpuPool.capacityTypes includes reserved; allowed: a list of {id: cr-...} or {tags: {...}, ownerId: ...} terms")
         if self.capacity_reservation_selector_terms and "reserved" not in self.capacity_types:
             yield ConfigError(terms, to_raw(self.capacity_reservation_selector_terms), "allowed only when gpuPool.capacityTypes includes reserved")
+        if self.mode == "auto":
+            # Auto Mode's gpu-pool uses its built-in `default` NodeClass (k8s.gpu_objects), which
+            # sizes the root volume itself: the key would do nothing
+            for key in ("root_volume_size_gib",):
+                if key in self.model_fields_set:
+                    yield ConfigError(f"{path}.{camel(key)}", getattr(self, key), "does nothing in gpuPool.mode auto (Auto Mode's default NodeClass sizes the root volume); allowed: unset, or gpuPool.mode karpenter")
         if "reserved" in self.capacity_types and self.mode == "auto":
             # the terms live on the node class, and Auto Mode's built-in `default` NodeClass selects none
             yield ConfigError(f"{path}.capacityTypes", self.capacity_types, "reserved needs gpuPool.mode: karpenter (Auto Mode's default NodeClass selects no capacity reservations); allowed: on-demand, spot")
@@ -365,7 +445,7 @@ RUNTIME_NAMES = ("torch-distributed-gpu", "torch-distributed-gpu-hf", "deepspeed
 class TrainerSettings(Section):
     version: str = opt(versions.DEFAULT_TRAINER_VERSION, "Kubeflow Trainer release", choices=tuple(versions.TRAINER_VERSIONS))
     max_restarts: Int = opt(3, "whole-job restarts (JobSet failurePolicy.maxRestarts)", check=_range(0, 100))
-    shm_size: str = opt("64Gi", "size of the memory-backed /dev/shm volume", check=_quantity)
+    shm_size: str = opt("64Gi", "size of the memory-backed /dev/shm volume", check=SchemaCheck(_shm_size, {"pattern": _K8S_QUANTITY_RE.pattern}))
     runtimes: list[str] = opt(list(RUNTIME_NAMES), "ClusterTrainingRuntimes to install (the runtimes of enabled jobs are always installed)", choices=RUNTIME_NAMES)
     allow_upgrade_from: str | None = opt(None, "installed Trainer release the docs/trainer-upgrade.md procedure was run for", choices=tuple(versions.TRAINER_VERSIONS))
 
@@ -890,8 +970,16 @@ def _job_rules(s: Settings) -> Iterator[ConfigError]:
             yield ConfigError(f"{key}.instanceType", job.instance_type, "not allowed by the gpu-pool (gpuPool.instanceCategories/instanceFamilies/instanceTypes); allowed: " + ", ".join(sorted(pool_types)))
             continue
         gpus = job_gpus_per_node(job)
-        if job.num_nodes * gpus > s.gpu_pool.gpu_limit and not (s.efa.enabled and job.instance_type in s.efa.instance_types):
-            yield ConfigError(f"{key}.numNodes", job.num_nodes, f"the job needs {job.num_nodes * gpus} GPUs but gpuPool.gpuLimit is {s.gpu_pool.gpu_limit}; allowed: at most {s.gpu_pool.gpu_limit // gpus} nodes")
+        limit, limit_key = s.gpu_pool.gpu_limit, "gpuPool.gpuLimit"
+        if s.efa.enabled and job.instance_type in s.efa.instance_types:
+            from k8s.gpu_objects import efa_layouts, efa_pool_of  # lazily: the builders import this module
+
+            # the job's EFA pool holds at least one node of each of its types (k8s.gpu_objects.efa_node_pool)
+            efa_types = efa_layouts(s.efa)[efa_pool_of(s.efa, job.instance_type) or ""]
+            limit = max(limit, sum(catalog.lookup(t).gpus for t in efa_types))
+            limit_key = f"the EFA pool's limit (gpuPool.gpuLimit, at least one node of each of {', '.join(efa_types)})"
+        if job.num_nodes * gpus > limit:
+            yield ConfigError(f"{key}.numNodes", job.num_nodes, f"the job needs {job.num_nodes * gpus} GPUs but {limit_key} is {limit}; allowed: at most {limit // gpus} nodes")
 
 
 # Kueue 0.19 records its admission (node selectors, tolerations) in TrainJob.spec.runtimePatches

@@ -89,6 +89,38 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+# A stack file is a few hundred values. YAML aliases let a few lines stand for billions of them
+# ("billion laughs"): the composed node graph is measured before anything is built from it.
+MAX_ALIASES = 50
+MAX_EXPANDED_NODES = 20_000
+
+
+def _expanded_size(node: yaml.Node) -> tuple[int, int]:
+    """(alias uses, nodes after expanding every alias) of a composed document, without expanding:
+    a node met again is an alias use, and its size is remembered."""
+    sizes: dict[int, int] = {}
+    aliases = 0
+
+    def size(n: yaml.Node, depth: int = 0) -> int:
+        nonlocal aliases
+        if id(n) in sizes:
+            aliases += 1
+            return sizes[id(n)]
+        if depth > 200:  # nesting no config needs (and Python's recursion limit)
+            raise StackFileError(f"nested more than 200 levels deep (line {n.start_mark.line + 1})")
+        sizes[id(n)] = 1  # a cycle counts once (the constructor refuses recursive structures elsewhere)
+        total = 1
+        if isinstance(n, yaml.SequenceNode):
+            total += sum(size(c, depth + 1) for c in n.value)
+        elif isinstance(n, yaml.MappingNode):
+            total += sum(size(k, depth + 1) + size(v, depth + 1) for k, v in n.value)
+        sizes[id(n)] = total
+        return total
+
+    total = size(node)
+    return aliases, total
+
+
 def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
@@ -119,6 +151,12 @@ def load_stack_file(path: str | os.PathLike[str], project: str = PROJECT) -> dic
     loader = _StrictLoader(text)
     try:
         node = loader.get_single_node()
+        if node is not None:
+            aliases, expanded = _expanded_size(node)
+            if aliases > MAX_ALIASES or expanded > MAX_EXPANDED_NODES:
+                raise StackFileError(
+                    f"{name}: refused before expanding: {aliases} alias uses expanding to {expanded} values (allowed: at most {MAX_ALIASES} aliases and {MAX_EXPANDED_NODES} values)"
+                )
         data = loader.construct_document(node) if node is not None else None
     except _DuplicateKeyError as dup:
         raise StackFileError(f"{name}:{dup.line}: duplicate key {str(dup.key)!r}") from None
