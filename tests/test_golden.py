@@ -8,6 +8,13 @@ def test_rendered_objects_match_golden_files():
     assert problems == [], "rendered objects differ from tests/golden (review, then `make golden`):\n" + "\n".join(problems)
 
 
+def test_resource_urns_are_unchanged():
+    """Moving code must not replace deployed resources: every URN of dev and prod stays (a type
+    string or parent that changes needs an alias). Update only with a reviewed reason."""
+    problems = [p for stack in golden.STACKS for p in golden.urn_diff(stack)]
+    assert problems == [], "\n".join(problems)
+
+
 def test_golden_check_notices_a_change(tmp_path, monkeypatch):
     import shutil
 

@@ -34,6 +34,17 @@ def rendered(stack: str) -> dict[str, str]:
     return {_CODE_NAME.sub("training-code-sha", name): normalized(obj) for name, obj in manifests(run).items()}
 
 
+def urns(stack: str) -> str:
+    """Every resource's URN, one a line, sorted: a refactor must leave them as they are (a changed
+    URN is a replaced resource unless an alias carries it over)."""
+    run = run_program(PROJECT_DIR, stack)
+    return "".join(f"{u}\n" for u in sorted({_CODE_NAME.sub("training-code-sha", r.urn) for r in run.registrations}))
+
+
+def urn_file(stack: str) -> pathlib.Path:
+    return GOLDEN_DIR / f"{stack}.urns"
+
+
 def diff(stack: str) -> list[str]:
     want_dir = GOLDEN_DIR / stack
     got = rendered(stack)
@@ -42,6 +53,12 @@ def diff(stack: str) -> list[str]:
     problems += [f"{stack}: {n} is no longer rendered" for n in sorted(set(want) - set(got))]
     problems += [f"{stack}: {n} changed" for n in sorted(set(got) & set(want)) if got[n] != want[n]]
     return problems
+
+
+def urn_diff(stack: str) -> list[str]:
+    want = set(urn_file(stack).read_text().splitlines()) if urn_file(stack).exists() else set()
+    got = set(urns(stack).splitlines())
+    return [f"{stack}: new URN {u}" for u in sorted(got - want)] + [f"{stack}: URN gone (the resource would be replaced or deleted) {u}" for u in sorted(want - got)]
 
 
 def update(stack: str) -> None:
@@ -61,8 +78,9 @@ def main(argv=None) -> int:
     for stack in STACKS:
         if args.update:
             update(stack)
+            urn_file(stack).write_text(urns(stack))
         else:
-            problems += diff(stack)
+            problems += diff(stack) + urn_diff(stack)
     for p in problems:
         print(p)
     return 1 if problems else 0
