@@ -5,20 +5,21 @@ Reads like a table of contents: config -> settings -> AWS components -> Kubernet
 
 import pulumi
 
-from infra.cluster import Cluster
-from infra.config_schema import ConfigError
-from infra.deploy_state import TRAINER_VERSION, parameter_name, read_parameter, trainer_switch_error
-from infra.gpu_aws import GpuAws
-from infra.network import Network
-from infra.observability import Observability
-from infra.registry import TrainingImage
-from infra.settings import load_settings
-from infra.stack_config import aws_region, project_config
-from infra.storage import CheckpointStorage
-from k8s.gpu_capacity import GpuCapacity
-from k8s.tenancy import Kueue, Tenants
-from k8s.trainer import Trainer
-from workloads.component import TrainJobs
+from components.cluster import Cluster
+from components.deploy_state import TRAINER_VERSION, parameter_name, read_parameter, trainer_switch_error
+from components.gpu_aws import GpuAws
+from components.gpu_capacity import GpuCapacity
+from components.kueue import Kueue
+from components.network import Network
+from components.observability import Observability
+from components.project_config import aws_region, project_config
+from components.registry import TrainingImage
+from components.storage import CheckpointStorage
+from components.tenants import Tenants
+from components.trainer import Trainer
+from components.trainjobs import TrainJobs
+from config.schema import ConfigError
+from config.settings import load_settings
 
 try:
     settings = load_settings(project_config(), stack=pulumi.get_stack(), region=aws_region())

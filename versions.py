@@ -53,14 +53,14 @@ INITIALIZER_IMAGES = {
 # v2.1.0 shipped a staging JobSet image that no longer resolves; pin the release image.
 JOBSET_IMAGE_REPOSITORY = "registry.k8s.io/jobset/jobset"
 
-# Kueue (job queueing for teams and the stack's jobs; k8s/kueue.py). 0.19.2 is the newest release
+# Kueue (job queueing for teams and the stack's jobs; manifests/kueue.py). 0.19.2 is the newest release
 # (tagged 2026-08-20) and the CRDs the offline validation reads (../shared/schemas/kueue/v0.19.2).
 # Its TrainJob integration writes into TrainJob.spec.runtimePatches: Trainer v2.2 or newer only.
 # The chart's values.yaml names a staging image unless packaged for release: the image is pinned.
 KUEUE_CHART = "oci://registry.k8s.io/kueue/charts/kueue"
 KUEUE_VERSION = "0.19.2"
 KUEUE_IMAGE_REPOSITORY = "registry.k8s.io/kueue/kueue"
-# One-shot Jobs that hand checkpoint directories to the non-root training user (k8s/volume_setup.py).
+# One-shot Jobs that hand checkpoint directories to the non-root training user (manifests/volume_setup.py).
 VOLUME_SETUP_IMAGE = "public.ecr.aws/docker/library/busybox:1.37.0"
 
 # EKS add-ons for checkpoint storage (CSI drivers); versions as published for EKS 1.34.
@@ -68,7 +68,7 @@ FSX_CSI_ADDON_VERSION = "v1.7.0-eksbuild.1"
 EFS_CSI_ADDON_VERSION = "v2.1.13-eksbuild.1"
 POD_IDENTITY_ADDON_VERSION = "v1.3.9-eksbuild.3"
 
-# Observability (infra/observability.py, k8s/observability.py), observability.mode:
+# Observability (components/observability.py, manifests/operations.py), observability.mode:
 # cloudwatch (default): the amazon-cloudwatch-observability EKS add-on. Its versions are the
 # releases of aws-observability/helm-charts charts/amazon-cloudwatch-observability with an
 # -eksbuild suffix; v6.4.0 (Chart.yaml version 6.4.0, released 2026-08-06) is the newest. The add-on
@@ -88,12 +88,12 @@ DCGM_EXPORTER_VERSION = "4.8.2"
 KUBE_PROMETHEUS_STACK_REPO = "https://prometheus-community.github.io/helm-charts"
 KUBE_PROMETHEUS_STACK_CHART = "kube-prometheus-stack"
 KUBE_PROMETHEUS_STACK_VERSION = "88.5.3"
-# The CronJob that deletes finished TrainJobs (k8s/trainjob_cleanup.py runs on the standard
+# The CronJob that deletes finished TrainJobs (incluster/trainjob_cleanup.py runs on the standard
 # library only) and the GPU smoke check (CUDA + PyTorch: the training image's base, WORKLOAD_BASE_IMAGE).
 TRAINJOB_CLEANUP_IMAGE = "public.ecr.aws/docker/library/python:3.13.7-slim-bookworm"
 
 # Training image: the stack builds workloads/Dockerfile and pushes it to its own ECR repository
-# (infra/registry.py) unless every enabled job sets trainjobs.<job>.image. These are the
+# (components/registry.py) unless every enabled job sets trainjobs.<job>.image. These are the
 # Dockerfile's build args (`make image` passes the same ones); they are part of the image tag.
 # EFA installer 1.51.0 (EC2 User Guide, "Elastic Fabric Adapter release notes", released
 # Oct 22 2026) bundles libfabric 2.7.0amzn2.0 and the Amazon OFI NCCL plugin (aws-ofi-nccl)
@@ -102,7 +102,7 @@ WORKLOAD_BASE_IMAGE = "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime"  # CUDA 12
 EFA_INSTALLER_VERSION = "1.51.0"
 LIBFABRIC_VERSION = "2.7.0amzn2.0"
 AWS_OFI_NCCL_VERSION = "1.22.0"
-WORKLOAD_UID = "1000"  # the image's non-root user; the runtimes' trainer pods run as it (k8s/runtimes.py)
+WORKLOAD_UID = "1000"  # the image's non-root user; the runtimes' trainer pods run as it (manifests/runtimes.py)
 WORKLOAD_BUILD_ARGS = {
     "BASE_IMAGE": WORKLOAD_BASE_IMAGE,
     "EFA_INSTALLER_VERSION": EFA_INSTALLER_VERSION,

@@ -1,10 +1,10 @@
-"""The team TrainJob admission policy as rendered (k8s/admission.py). Its CEL is evaluated by a real
+"""The team TrainJob admission policy as rendered (manifests/admission.py). Its CEL is evaluated by a real
 API server in tests/e2e/test_isolation.py (hostile and normal TrainJobs of both Trainer shapes)."""
 
 from __future__ import annotations
 
-from k8s import admission
-from k8s.tenants import TEAM_LABEL
+from manifests import admission
+from manifests.tenants import TEAM_LABEL
 from tests.conftest import dev_config, objects, run_config
 from tests.test_tenants import TWO_TEAMS
 

@@ -7,8 +7,8 @@ import json
 import pytest
 import yaml
 
-from infra import aws_facts
-from infra.config_schema import ConfigError
+from config import aws_facts
+from config.schema import ConfigError
 from tests.conftest import PROJECT, dev_config, run_config, run_stack
 from tools.mock_runtime import PlanMocks, ProgramError
 
@@ -30,7 +30,7 @@ def test_table_loads_with_its_source():
     assert set(REQUIRED) <= set(aws_facts.regions())
     assert "aws_facts" not in aws_facts.SOURCE and "\n" not in aws_facts.SOURCE
     assert "karpenter-provider-aws" in aws_facts.SOURCE
-    header = (PROJECT / "infra" / "aws_facts.yaml").read_text().splitlines()[0]
+    header = (PROJECT / "config" / "aws_facts.yaml").read_text().splitlines()[0]
     assert header.startswith("#")
 
 
@@ -79,8 +79,8 @@ def test_offers_only_what_the_source_lists():
 
 
 def test_offered_types_are_catalog_types():
-    catalog = set(yaml.safe_load((PROJECT / "infra" / "gpu_instances.yaml").read_text())["types"])
-    raw = yaml.safe_load((PROJECT / "infra" / "aws_facts.yaml").read_text())
+    catalog = set(yaml.safe_load((PROJECT / "config" / "gpu_instances.yaml").read_text())["types"])
+    raw = yaml.safe_load((PROJECT / "config" / "aws_facts.yaml").read_text())
     for region, spec in raw["regions"].items():
         assert set((spec.get("offered") or {}).get("types", [])) <= catalog, region
 
@@ -136,7 +136,7 @@ def test_unknown_region_fails_the_program():
 def test_every_aws_region_is_accepted_and_the_gaps_are_said():
     """pulumi_aws.Region is the list of Regions; the facts table only adds zones and GPU offers.
     Where it has none, the config is not refused: what was not checked is named instead."""
-    from infra.settings import load_settings
+    from config.settings import load_settings
 
     assert len(aws_facts.all_regions()) >= 40 and "ap-northeast-2" in aws_facts.all_regions()
     for region in aws_facts.all_regions():
@@ -174,9 +174,9 @@ def test_the_seed_stacks_render_in_seoul(stack):
 
 
 def test_region_name_rule_of_the_iam_policy_agrees_with_the_table():
-    """infra.gpu_aws derives the partition from the region name (it must work for any region);
+    """components.gpu_aws derives the partition from the region name (it must work for any region);
     the facts table states it: both must agree wherever the table knows the region."""
-    from infra.gpu_aws import aws_partition
+    from components.gpu_aws import aws_partition
 
     for region in aws_facts.regions():
         assert aws_partition(region) == aws_facts.partition(region), region

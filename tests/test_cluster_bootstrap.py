@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from infra.cluster import admin_access_entries, iam_principal_of
+from components.cluster import admin_access_entries, iam_principal_of
 from tests.conftest import PROJECT, dev_config, run_config, run_stack, stack_file
 from tools.mock_runtime import run_program
 
@@ -111,7 +111,7 @@ def test_access_entries_reach_pulumi_eks_as_a_plain_map(monkeypatch):
     import pulumi
     import pulumi_eks
 
-    import infra.cluster
+    import components.cluster
 
     seen = []
     original = pulumi_eks.Cluster
@@ -120,7 +120,7 @@ def test_access_entries_reach_pulumi_eks_as_a_plain_map(monkeypatch):
         seen.append(kwargs.get("access_entries"))
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(infra.cluster.eks, "Cluster", recording)
+    monkeypatch.setattr(components.cluster.eks, "Cluster", recording)
     run_program(str(PROJECT), "prod", stack_config=stack_file("prod"), caller_arn="arn:aws:sts::210987654321:assumed-role/ci-deployer/s")
     assert len(seen) == 1 and isinstance(seen[0], dict) and not isinstance(seen[0], pulumi.Output)
     assert all(isinstance(v, pulumi_eks.AccessEntryArgs) for v in seen[0].values())

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from infra.config_schema import ConfigError, ConfigErrors
-from infra.settings import load_settings
-from infra.stack_config import StackFileError, load_stack_file
+from config.schema import ConfigError, ConfigErrors
+from config.settings import load_settings
+from config.stack_file import StackFileError, load_stack_file
 
 P5 = {"efa": {"enabled": True, "availabilityZone": "us-west-2a"}}
 
@@ -59,7 +59,7 @@ def test_an_sts_session_gets_its_role_as_the_hint():
 
 
 def test_a_type_the_region_does_not_sell_is_refused():
-    """GovCloud (US-West) sells no g5 on demand (infra/aws_facts.yaml, Karpenter's price table)."""
+    """GovCloud (US-West) sells no g5 on demand (config/aws_facts.yaml, Karpenter's price table)."""
     raw = {"cluster": {"adminPrincipalArns": []}, "trainjobs": {"ddp": {"enabled": True, "instanceType": "g5.xlarge"}}}
     with pytest.raises(ConfigError) as err:
         load_settings(raw, stack="dev", region="us-gov-west-1")
@@ -84,7 +84,7 @@ def test_a_yaml_alias_bomb_is_refused_before_expanding(tmp_path):
     import time
 
     rows = ["config:", '  a: &a ["x","x","x","x","x","x","x","x","x"]']
-    for prev, name in zip("abcdefgh", "bcdefghi"):
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True):
         rows.append(f"  {name}: &{name} [{','.join(['*' + prev] * 9)}]")
     bomb = tmp_path / "Pulumi.bomb.yaml"
     bomb.write_text("\n".join(rows) + "\n")

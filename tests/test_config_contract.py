@@ -7,9 +7,9 @@ import jsonschema
 import pytest
 import yaml
 
-from infra import aws_facts
-from infra.config_schema import ConfigError, ConfigErrors
-from infra.settings import DdpJobSettings, EfaSettings, FsdpJobSettings, JobSettings, TrainerSettings, load_settings
+from config import aws_facts
+from config.schema import ConfigError, ConfigErrors
+from config.settings import DdpJobSettings, EfaSettings, FsdpJobSettings, JobSettings, TrainerSettings, load_settings
 from tests.conftest import PROJECT, dev_config, stack_file
 from tools import config_json_schema
 
@@ -280,8 +280,8 @@ def test_reservation_terms_reach_every_ec2_node_class_and_validate(need_schemas)
 def test_reserved_capacity_needs_karpenter_mode():
     import pytest as _pytest
 
-    from infra.config_schema import ConfigError
-    from infra.settings import load_settings
+    from config.schema import ConfigError
+    from config.settings import load_settings
     from tests.conftest import dev_config
 
     cfg = dev_config(gpuPool={"mode": "auto", "capacityTypes": ["reserved"], "capacityReservationSelectorTerms": [{"id": "cr-0123456789abcdef0"}]})
@@ -296,8 +296,8 @@ def test_a_field_error_does_not_hide_a_rule_across_sections():
     """extraArgs wrong in trainjobs and the EFA job in another zone: both in one run."""
     import pytest as _pytest
 
-    from infra.config_schema import ConfigError
-    from infra.settings import load_settings
+    from config.schema import ConfigError
+    from config.settings import load_settings
     from tests.conftest import dev_config
 
     cfg = dev_config(
@@ -317,8 +317,8 @@ def test_a_field_error_does_not_hide_a_rule_across_sections():
 def test_byo_vpc_with_pinned_zones_must_name_the_subnets_zones():
     import pytest as _pytest
 
-    from infra.config_schema import ConfigError
-    from infra.settings import load_settings
+    from config.schema import ConfigError
+    from config.settings import load_settings
     from tests.conftest import dev_config
 
     byo = {"vpcId": "vpc-0abc12345def67890", "privateSubnetIds": ["subnet-0abc1234", "subnet-0def5678"], "azCount": 2}

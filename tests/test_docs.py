@@ -4,8 +4,8 @@ import re
 
 import yaml
 
-from infra.config_schema import to_raw
-from infra.settings import SECTIONS, load_settings
+from config.schema import to_raw
+from config.settings import SECTIONS, load_settings
 from tests.conftest import PROJECT
 from tools import config_docs
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import pytest
 
-from infra import catalog
-from k8s import gpu_objects as g
+from config import catalog
+from manifests import gpu_objects as g
+from manifests.trainjobs import EFA_ENV
 from tests.conftest import dev_config, objects, run_config, run_stack
-from workloads.trainjob import EFA_ENV
 
 # EC2 DescribeInstanceTypes NetworkInfo.EfaInfo.MaximumEfaInterfaces for every EFA type of the
 # catalog, as published in karpenter-provider-aws v1.14.1
@@ -112,7 +112,7 @@ def _check_jobs_fit_their_nodes(run) -> int:
 
 
 def _node_selector(job: dict) -> dict:
-    from k8s import trainer_api
+    from manifests import trainer_api
 
     return trainer_api.read_pod_customization(job["spec"])["nodeSelector"]
 
@@ -151,7 +151,7 @@ def test_efa_capable_type_outside_the_efa_pool_gets_no_efa_env():
 
 
 def test_efa_node_classes_group_types_by_layout():
-    from infra.settings import EfaSettings
+    from config.settings import EfaSettings
 
     layouts = g.efa_layouts(EfaSettings(enabled=True, availability_zone="us-west-2a", instance_types=["p5.48xlarge", "p5e.48xlarge", "p4d.24xlarge", "g5.48xlarge"]))
     assert sorted(map(sorted, layouts.values())) == [["g5.48xlarge"], ["p4d.24xlarge"], ["p5.48xlarge", "p5e.48xlarge"]]

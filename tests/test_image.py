@@ -11,10 +11,10 @@ import shutil
 import pytest
 
 import versions
-from infra import registry
-from infra.names import ECR_REPOSITORY
-from infra.settings import TrainerSettings
-from k8s.runtimes import EFA_ENV
+from components import registry
+from config.names import ECR_REPOSITORY
+from config.settings import TrainerSettings
+from manifests.runtimes import EFA_ENV
 from tests.conftest import PROJECT, dev_config, find, run_config, run_stack
 from versions import WORKLOAD_BUILD_ARGS
 
@@ -67,8 +67,8 @@ def test_efa_environment_is_set_per_job_not_in_the_image():
 def test_image_runs_as_the_non_root_user_the_runtimes_and_volumes_are_prepared_for():
     """The image ends as the uid the runtimes run trainer pods as, and the uid the checkpoint
     volume's root is handed to before jobs start (a new FSx/EFS root is root-owned, no fsGroup)."""
-    from k8s.runtimes import torch_runtime
-    from k8s.volume_setup import checkpoint_owner_job, owner_script
+    from manifests.runtimes import torch_runtime
+    from manifests.volume_setup import checkpoint_owner_job, owner_script
 
     run = " ".join(rest for word, rest in instructions() if word == "RUN")
     assert 'useradd --uid "${TRAINING_UID}"' in run

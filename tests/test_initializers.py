@@ -12,15 +12,15 @@ import re
 import jsonschema
 import pytest
 
-from infra.config_schema import ConfigErrors
-from infra.settings import load_settings
-from k8s import runtimes as rt
-from k8s import trainer_api
+from config.schema import ConfigErrors
+from config.settings import load_settings
+from manifests import runtimes as rt
+from manifests import trainer_api
+from manifests import trainjobs as tj
 from tests.conftest import dev_config, objects, run_config
 from tools import fixture_hub
 from tools import validate as v
 from tools.emulate import emulate, job_from_objects, load_job
-from workloads import trainjob as tj
 
 VERSIONS = ["v2.1.0", "v2.3.0"]
 RESERVED_ENV_CONTAINERS = {trainer_api.DATASET_INITIALIZER, trainer_api.MODEL_INITIALIZER, trainer_api.TRAINER_JOB}

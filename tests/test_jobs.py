@@ -11,15 +11,15 @@ import sys
 import pytest
 
 import versions
-from infra import catalog
-from infra.config_schema import ConfigError
-from infra.settings import NcclCheckSettings, TfJobSettings, load_settings
-from k8s import runtimes as rt
-from k8s.tf_config import worker_hosts
+from config import catalog
+from config.schema import ConfigError
+from config.settings import DdpJobSettings, NcclCheckSettings, TfJobSettings, load_settings
+from incluster.tf_config import worker_hosts
+from manifests import runtimes as rt
+from manifests import trainjobs as tj
 from tests.conftest import PROJECT, dev_config, find, objects, run_config, run_stack
 from tools import validate as v
 from tools.emulate import TF_VENV, emulate, job_from_objects, load_job, summary_line
-from workloads import trainjob as tj
 
 sys.path.insert(0, str(tj.PROGRAMS_DIR))  # the programs import trainlib by name, as in the image
 allreduce_check = importlib.import_module("allreduce_check")
@@ -99,7 +99,7 @@ def test_every_workload_names_an_existing_program_runtime_and_config_key():
     for key, w in tj.WORKLOADS.items():
         assert key == w.key and key in keys and (tj.PROGRAMS_DIR / w.program).is_file() and w.runtime in rt.BUILDERS
         assert tj.WORKLOAD_BY_KIND[w.kind] is w and tj.TINY_PROFILE[w.kind] == list(w.tiny_profile)
-    assert (tj.WORKLOADS["tf"].runtime, tj.WORKLOADS["ncclCheck"].runtime) == (tj.TF_RUNTIME, tj.TORCH_RUNTIME)
+    assert (tj.WORKLOADS["tf"].runtime, tj.WORKLOADS["ncclCheck"].runtime) == (TfJobSettings.RUNTIME, DdpJobSettings.RUNTIME)
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -131,7 +131,7 @@ def test_tf_and_nccl_check_trainjobs_render_and_validate_for_each_trainer_versio
 
 
 def trainer_api_code_volume(job: dict) -> str:
-    from k8s import trainer_api
+    from manifests import trainer_api
 
     return next(vol["configMap"]["name"] for vol in trainer_api.read_pod_customization(job["spec"])["volumes"] if "configMap" in vol)
 
@@ -143,8 +143,8 @@ def test_nccl_check_on_p5_gets_the_catalog_pass_mark_every_efa_device_and_the_ef
     assert trainer["args"] == ["--min-busbw-gbps", "400"]
     assert trainer["numProcPerNode"] == 8 and trainer["resourcesPerNode"]["limits"]["vpc.amazonaws.com/efa"] == 32
     assert {"name": "FI_PROVIDER", "value": "efa"} in trainer["env"]
-    from k8s import trainer_api
-    from k8s.gpu_objects import EFA_LABEL
+    from manifests import trainer_api
+    from manifests.gpu_objects import EFA_LABEL
 
     selector = trainer_api.read_pod_customization(job["spec"])["nodeSelector"]
     assert selector[EFA_LABEL] == "true" and selector["topology.kubernetes.io/zone"] == "us-west-2a"

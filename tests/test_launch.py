@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from workloads.trainjob import PROGRAMS_DIR
+from manifests.trainjobs import PROGRAMS_DIR
 
 LAUNCH = str(PROGRAMS_DIR / "launch.py")
 

@@ -14,15 +14,15 @@ import pytest
 import yaml
 
 import versions
-from infra import observability as obs
-from infra.config_schema import ConfigError
-from infra.settings import LOG_RETENTION_DAYS, load_settings
-from k8s import gpu_objects as g
-from k8s import observability as kobs
-from k8s import trainjob_cleanup as tc
+from components import observability as obs
+from config.schema import ConfigError
+from config.settings import LOG_RETENTION_DAYS, load_settings
+from incluster import trainjob_cleanup as tc
+from manifests import gpu_objects as g
+from manifests import operations as kobs
+from manifests import trainjobs as tj
 from tests.conftest import PROJECT, dev_config, find, objects, run_config, run_stack
 from tools import validate as v
-from workloads import trainjob as tj
 from workloads.programs import trainlib
 
 ADDON = "aws:eks/addon:Addon"

@@ -2,8 +2,8 @@
 
 import pytest
 
-from infra.config_schema import ConfigError
-from infra.settings import is_graviton, job_gpus_per_node, load_settings
+from config.schema import ConfigError
+from config.settings import is_graviton, job_gpus_per_node, load_settings
 
 GOOD_CLUSTER = {"endpointPublicAccess": True, "publicAccessCidrs": ["203.0.113.0/24"]}
 

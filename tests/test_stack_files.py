@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from infra.stack_config import StackFileError, load_stack_file
+from config.stack_file import StackFileError, load_stack_file
 from tests.conftest import PROJECT
 from tools import render
 

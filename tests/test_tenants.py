@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from infra.config_schema import ConfigError, ConfigErrors
-from infra.settings import load_settings
-from k8s import kueue as kq
-from k8s import tenants as tn
+from config.schema import ConfigError, ConfigErrors
+from config.settings import load_settings
+from manifests import kueue as kq
+from manifests import tenants as tn
 from tests.conftest import dev_config, find, objects, run_config
 from tools import validate as v
 
@@ -283,8 +283,8 @@ def test_initializer_pod_sets_take_the_system_flavor_not_a_gpu_pool():
     """Kueue gives each pod set the first flavor with room: the Trainer's initializers (CPU only,
     pinned to the system nodes) must fit the system flavor, whose node labels they already select;
     GPU pod sets cannot (no GPU quota there) and move on to a GPU pool."""
-    from infra.settings import TrainerSettings
-    from k8s.runtimes import torch_hf_runtime
+    from config.settings import TrainerSettings
+    from manifests.runtimes import torch_hf_runtime
 
     flavor = kq.system_resource_flavor()
     quota = kq._system_quantities()
@@ -311,7 +311,7 @@ def test_directories_under_initializer_sub_paths_stay_readable_for_the_training_
     traverse it: mode 0755 on the training namespace's root and on each team's directory."""
     import re
 
-    from k8s.volume_setup import owner_script
+    from manifests.volume_setup import owner_script
 
     for script in (owner_script(1000), tn.tenant_dirs_script(["vision", "nlp"], 1000)):
         modes = re.findall(r"chmod (0[0-7]{3})", script)

@@ -15,11 +15,11 @@ import urllib.parse
 import pytest
 import yaml
 
-from k8s import trainer_api
+from manifests import trainer_api
+from manifests import trainjobs as tj
 from tools import emulate
 from tools import validate as schema_validation
 from trainctl import cli, code, objects
-from workloads import trainjob as tj
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "trainctl"
 NS = "vision"

@@ -6,10 +6,10 @@ import re
 import jsonschema
 import pytest
 
-from infra.config_schema import ConfigError
-from infra.settings import TrainerSettings, load_settings
-from k8s import runtimes as rt
-from k8s.tf_config import from_env, tf_config, worker_hosts
+from config.schema import ConfigError
+from config.settings import TrainerSettings, load_settings
+from incluster.tf_config import from_env, tf_config, worker_hosts
+from manifests import runtimes as rt
 from tests.conftest import dev_config, objects, run_config
 from tools import validate as v
 

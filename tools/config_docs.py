@@ -10,8 +10,8 @@ import argparse
 import pathlib
 import sys
 
-from infra.config_schema import PROJECT, describe
-from infra.settings import SECTIONS
+from config.schema import PROJECT, describe
+from config.settings import SECTIONS
 
 START, END = "<!-- config-reference:start -->", "<!-- config-reference:end -->"
 

@@ -4,7 +4,7 @@ Editors that speak the YAML language server read it through the stack files' fir
 (``# yaml-language-server: $schema=./schema/stack-config.schema.json``): completion, hover
 docs and errors for every ``training-platform:*`` key as you type. The schema checks what a
 schema can (types, choices, patterns, ranges, unknown keys); the rules across fields and
-sections stay in ``infra/settings.py`` and run on every render.
+sections stay in ``config/settings.py`` and run on every render.
 
 Usage: python -m tools.config_json_schema [--write | --check] [schema/stack-config.schema.json]
 """
@@ -17,9 +17,9 @@ import pathlib
 import sys
 from typing import Any
 
-from infra import aws_facts
-from infra.config_schema import PROJECT
-from infra.settings import StackConfig
+from config import aws_facts
+from config.schema import PROJECT
+from config.settings import StackConfig
 
 DEFAULT_PATH = "schema/stack-config.schema.json"
 
@@ -39,7 +39,7 @@ def schema() -> dict[str, Any]:
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": f"{PROJECT} stack file (Pulumi.<stack>.yaml)",
-        "description": "Generated from infra/settings.py by tools/config_json_schema.py (make schema); do not edit.",
+        "description": "Generated from config/settings.py by tools/config_json_schema.py (make schema); do not edit.",
         "type": "object",
         "properties": {
             "config": {
@@ -47,7 +47,7 @@ def schema() -> dict[str, Any]:
                 "description": "Stack configuration: the project's keys (training-platform:<section>) and other namespaces (aws:, pulumi:, kubernetes:...).",
                 "properties": {
                     # not required: like the AWS provider, the program falls back to AWS_REGION
-                    "aws:region": {"description": "the AWS region to deploy to (any of pulumi_aws.Region; infra/aws_facts.yaml adds zones and GPU offers for some); unset = $AWS_REGION", "enum": list(aws_facts.all_regions())},
+                    "aws:region": {"description": "the AWS region to deploy to (any of pulumi_aws.Region; config/aws_facts.yaml adds zones and GPU offers for some); unset = $AWS_REGION", "enum": list(aws_facts.all_regions())},
                     **sections,
                 },
                 # any other provider's namespace; a training-platform key that is not a section is an error

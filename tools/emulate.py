@@ -55,11 +55,11 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from infra.stack_config import StackFileError
-from k8s import trainer_api
+from config.stack_file import StackFileError
+from manifests import trainer_api
+from manifests.trainjobs import JOB_LABEL, TF_RUNTIME, TINY_PROFILE, WORKLOAD_BY_KIND
 from tools.mock_runtime import ProgramError, run_program
 from tools.render import PROJECT_DIR, manifests
-from workloads.trainjob import JOB_LABEL, TF_RUNTIME, TINY_PROFILE, WORKLOAD_BY_KIND
 
 TF_VENV = ".venv-tf"  # make emulate JOB=tf: TensorFlow for the TF job (workloads/requirements-tf.txt)
 
@@ -242,7 +242,7 @@ def load_trainjob_file(path: str, stack: str, work_dir: str, python: str | None 
     command (the program is the user's, not a platform job with a tiny profile)."""
     import yaml
 
-    from k8s.runtimes import FRAMEWORK_LABEL, RUNTIME_LABEL
+    from manifests.runtimes import FRAMEWORK_LABEL, RUNTIME_LABEL
 
     try:
         with open(path) as fh:
@@ -294,13 +294,13 @@ def _volume_dir(vol: dict, vm: dict, env: dict[str, str], work_dir: str) -> str:
 
 def _trainer_initializer(rj: dict, tj: dict, work_dir: str, hub_dir: str | None) -> InitJob | None:
     """The Trainer's dataset/model initializer job of the runtime, as the Trainer fills it from the
-    TrainJob (k8s.trainer_api: STORAGE_URI from ``spec.initializer.<kind>.storageUri``, its
+    TrainJob (manifests.trainer_api: STORAGE_URI from ``spec.initializer.<kind>.storageUri``, its
     ``env``), run as :mod:`tools.fixture_hub`'s emulated initializer against a local hub. None for
     other replicated jobs. Downward-API env resolves ``metadata.labels['jobset.sigs.k8s.io/jobset-name']``
     to the TrainJob's name (the JobSet's). A ``secretRef`` is not emulated (no Secrets here; the
     local hub needs no token). ``hub_dir`` None: a fixture hub under ``work_dir`` with tiny
     stand-ins for the repos the TrainJob names."""
-    from k8s.runtimes import ANCESTOR_LABEL, JOBSET_NAME_LABEL
+    from manifests.runtimes import ANCESTOR_LABEL, JOBSET_NAME_LABEL
     from tools import fixture_hub
 
     ancestor = rj["template"].get("metadata", {}).get("labels", {}).get(ANCESTOR_LABEL)
@@ -519,7 +519,7 @@ def _node_env(job: Job, node: int, port: int, fault_step: int | None, tmp: str, 
     env.update(
         PET_NNODES=str(job.num_nodes), PET_NPROC_PER_NODE=str(job.nproc_per_node), PET_NODE_RANK=str(node),
         PET_MASTER_ADDR="127.0.0.1", PET_MASTER_PORT=str(port),
-        TF_PORT=str(tf_port),  # the TF_CONFIG wrapper (k8s/tf_config.py): worker i listens on TF_PORT + i here
+        TF_PORT=str(tf_port),  # the TF_CONFIG wrapper (incluster/tf_config.py): worker i listens on TF_PORT + i here
     )
     return env
 

@@ -9,7 +9,7 @@ This is the one harness behind ``make render`` and the tests. It uses
   resource references there, which binds them to the wrong event loop and hangs or fails the
   program. Here the protobuf struct is decoded to plain data instead;
 * answers the provider functions the program calls (AZs, caller identity, partition) from the
-  table of real AWS facts (``infra/aws_facts.yaml``): a name that is no AWS Region fails
+  table of real AWS facts (``config/aws_facts.yaml``): a name that is no AWS Region fails
   instead of being invented, and every ARN the mock makes uses the region's partition;
 * returns plausible outputs for each resource type, including the remote ``eks`` components.
 """
@@ -33,8 +33,8 @@ from pulumi.runtime.proto import resource_pb2
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
-from infra import aws_facts
-from infra.stack_config import load_stack_file
+from config import aws_facts
+from config.stack_file import load_stack_file
 
 ACCOUNT = "123456789012"
 UNKNOWN = rpc.UNKNOWN
@@ -387,8 +387,8 @@ def run_program(project_dir: str, stack: str, stack_config: dict | None = None, 
     ``stack_config`` replaces ``Pulumi.<stack>.yaml`` (tests use it for other configurations);
     ``caller_arn`` is the identity ``aws.getCallerIdentity`` answers with (the deployer);
     ``ssm_parameters`` are the SSM parameters that exist already (an earlier deploy's).
-    A stack file that is not valid (see :func:`infra.stack_config.load_stack_file`) raises
-    :class:`~infra.stack_config.StackFileError` before anything runs; errors raised by the
+    A stack file that is not valid (see :func:`config.stack_file.load_stack_file`) raises
+    :class:`~config.stack_file.StackFileError` before anything runs; errors raised by the
     program (bad config and a region the facts table does not know included) become :class:`ProgramError`.
     """
     import yaml

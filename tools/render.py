@@ -20,8 +20,8 @@ import sys
 
 import yaml
 
-from infra.stack_config import StackFileError
-from k8s.resources import resource_name
+from components.resources import resource_name
+from config.stack_file import StackFileError
 from tools.mock_runtime import ProgramError, ProgramRun, run_program
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -22,7 +22,7 @@ import yaml
 from urllib3.exceptions import HTTPError
 
 import versions
-from k8s.tenants import QUEUE_LABEL
+from manifests.tenants import QUEUE_LABEL
 from trainctl import objects
 from trainctl.code import CodeError, collect
 from trainctl.kube import Cluster, ClusterError, default_namespace, unreachable

@@ -29,7 +29,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 from urllib3.exceptions import HTTPError, MaxRetryError
 
-from k8s.runtimes import JOBSET_NAME_LABEL, RUNTIME_LABEL  # the JobSet label is on every pod of a TrainJob's JobSet (named as the TrainJob)
+from manifests.runtimes import JOBSET_NAME_LABEL, RUNTIME_LABEL  # the JobSet label is on every pod of a TrainJob's JobSet (named as the TrainJob)
 
 GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
 TRAINJOBS, RUNTIMES = "trainjobs", "clustertrainingruntimes"
@@ -39,7 +39,7 @@ TRAINJOBS, RUNTIMES = "trainjobs", "clustertrainingruntimes"
 # apiextensions-apiserver pkg/controller/openapi/builder).
 OPENAPI_PATH = f"/openapi/v3/apis/{GROUP}/{VERSION}"
 TRAINJOB_SCHEMA = "org.kubeflow.trainer.v1alpha1.TrainJob"
-# Which Trainer release serves which TrainJob shape (k8s/trainer_api.py): runtimePatches from v2.2.
+# Which Trainer release serves which TrainJob shape (manifests/trainer_api.py): runtimePatches from v2.2.
 SHAPE_VERSIONS = {"runtimePatches": "v2.3.0", "podTemplateOverrides": "v2.1.0"}
 
 
@@ -176,7 +176,7 @@ class Cluster:
     def platform_facts(self) -> dict | None:
         """The platform's published facts (ConfigMap ``platform-facts`` in the namespace), or None
         where the cluster publishes none (or they may not be read)."""
-        from k8s import platform_facts
+        from manifests import platform_facts
 
         try:
             cm: Any = self.core.read_namespaced_config_map(platform_facts.CONFIGMAP, self.namespace)

@@ -1,7 +1,7 @@
 """The ConfigMap and TrainJob ``trainctl submit`` creates, built with the stack's own builders
-(``workloads/trainjob.py``): code ConfigMap naming and hash, resources per node from the GPU
+(``manifests/trainjobs.py``): code ConfigMap naming and hash, resources per node from the GPU
 catalog, EFA requests, the checkpoint volume, the queue label, and the pod customisation per
-Trainer version (``k8s/trainer_api.py``).
+Trainer version (``manifests/trainer_api.py``).
 
 The user's command. Every argument that names a shipped file (``train.py``, ``./conf/a.yaml``)
 is rewritten to its path under the code mount. On the torch runtime a ``python``/``python3``
@@ -10,7 +10,7 @@ processes per node from the ``PET_*`` environment the Trainer injects: PyTorch
 ``torch/distributed/run.py`` reads every option's default from ``PET_<OPTION>``), one process per
 GPU; any other command (``torchrun ...``, ``bash run.sh``) runs as given. On the tensorflow
 runtime the command becomes the TrainJob's ``args`` under the runtime's TF_CONFIG wrapper, one
-worker per node (as the stack's TF job, ``workloads.trainjob.trainer_entry``).
+worker per node (as the stack's TF job, ``manifests.trainjobs.trainer_entry``).
 """
 
 from __future__ import annotations
@@ -21,23 +21,23 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import versions
-from infra import catalog
-from infra.settings import AZ_RE, DNS_LABEL_RE, KUEUE_INCOMPATIBLE_TRAINERS, EfaSettings, JobBase, Settings, TrainerSettings, TrainJobsSettings
-from k8s import trainer_api
-from k8s.runtimes import BUILDERS
-from k8s.tenants import LOCAL_QUEUE
+from config import catalog
+from config.settings import AZ_RE, DNS_LABEL_RE, KUEUE_INCOMPATIBLE_TRAINERS, TF_RUNTIME, TORCH_RUNTIME, EfaSettings, JobBase, Settings, TrainerSettings, TrainJobsSettings
+from manifests import trainer_api
+from manifests import trainjobs as tj
+from manifests.runtimes import BUILDERS
+from manifests.tenants import LOCAL_QUEUE
 from trainctl.code import CodeBundle
-from workloads import trainjob as tj
 
-RUNTIMES = {"torch": tj.TORCH_RUNTIME, "tensorflow": tj.TF_RUNTIME}
-"""``--runtime`` -> the platform's ClusterTrainingRuntime (base name, k8s/runtimes.py)."""
+RUNTIMES = {"torch": TORCH_RUNTIME, "tensorflow": TF_RUNTIME}
+"""``--runtime`` -> the platform's ClusterTrainingRuntime (base name, manifests/runtimes.py)."""
 DEFAULT_IMAGES = {"torch": versions.TORCH_RUNTIME_IMAGE, "tensorflow": versions.TENSORFLOW_RUNTIME_IMAGE}
 """The image a job runs when ``--image`` is not given: its runtime's pinned image."""
 TRAINCTL_KIND = "trainctl"
 """The ``training-platform/job`` label of jobs submitted with trainctl."""
 MAX_NODES = 1000
 DEFAULT_INSTANCE_TYPE = "g5.xlarge"
-"""``--instance-type`` where the cluster publishes no facts (k8s/platform_facts.py) to take it from."""
+"""``--instance-type`` where the cluster publishes no facts (manifests/platform_facts.py) to take it from."""
 # TrainJob names: the CRD's CEL rules (kubeflow/trainer v2.3.0 trainjob_types.go: RFC 1035 label, at most 63)
 _NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$", re.ASCII)
 NAME_MAX = 63
@@ -96,7 +96,7 @@ def _resolve(arg: str, bundle: CodeBundle) -> str:
 
 
 def with_facts(req: Request, facts: dict[str, Any] | None, *, instance_type_given: bool) -> Request:
-    """The request as the cluster's published facts (``k8s/platform_facts.py``) shape it: the default
+    """The request as the cluster's published facts (``manifests/platform_facts.py``) shape it: the default
     instance type is one its GPU pool launches, a type no pool launches is refused, and an EFA job
     lands in the EFA pool of its type with the platform's image (libfabric and aws-ofi-nccl; a stock
     image's NCCL silently falls back to TCP). Without facts (another cluster) it is unchanged."""
@@ -167,10 +167,10 @@ def build(req: Request, bundle: CodeBundle) -> tuple[dict, dict]:
         key=TRAINCTL_KIND, kind=TRAINCTL_KIND, name=req.name or default_name(req, bundle), program="", runtime=RUNTIMES[req.runtime], settings=JobBase, tiny_profile=(),
     )
     job = JobBase(enabled=True, num_nodes=req.nodes, instance_type=req.instance_type, gpus_per_node=req.gpus_per_node, image=req.image or DEFAULT_IMAGES[req.runtime])
-    # the name the platform gives this runtime with the default settings (k8s/runtimes.py runtime_names, for the one runtime)
+    # the name the platform gives this runtime with the default settings (manifests/runtimes.py runtime_names, for the one runtime)
     runtime_name = req.runtime_name or BUILDERS[workload.runtime](settings.trainer)["metadata"]["name"]
     configmap = tj.code_configmap(req.namespace, bundle.files)
-    # Kueue cannot run jobs on Trainer v2.1.0 (infra/settings.py KUEUE_INCOMPATIBLE_TRAINERS): no queue label there
+    # Kueue cannot run jobs on Trainer v2.1.0 (config/settings.py KUEUE_INCOMPATIBLE_TRAINERS): no queue label there
     queue = req.queue if req.trainer_version not in KUEUE_INCOMPATIBLE_TRAINERS else None
     trainjob = tj.trainjob(
         workload, job, settings, code_configmap=configmap["metadata"]["name"], runtime_name=runtime_name, queue=queue, entry=entry(req, bundle),

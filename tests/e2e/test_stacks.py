@@ -110,7 +110,7 @@ def _follow(up, client, job: dict, pools: dict[str, dict]) -> None:
 def _instance_type(job: dict) -> str | None:
     """The instance type a TrainJob's node pods select (set by the platform's builders)."""
     text = str(job)
-    from infra import catalog
+    from config import catalog
 
     return next((t for t in catalog.catalog() if f"'{t}'" in text), None)
 

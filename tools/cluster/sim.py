@@ -8,7 +8,7 @@ provider needs to launch GPU nodes the way the stack's NodePools allow.
   ``NodeClass`` are ignored. Each stack NodePool (applied unchanged) therefore gets a twin, equal
   in everything but the node class and the name: same requirements, labels, taints, limits,
   disruption. Karpenter's launch decisions (which type, which zone, the limit) are its own.
-* The kwok provider's instance types are the GPU catalog's (``infra/gpu_instances.yaml``), each
+* The kwok provider's instance types are the GPU catalog's (``config/gpu_instances.yaml``), each
   with its GPUs, EFA devices (as the platform's EC2NodeClass makes Karpenter advertise them),
   vCPUs and memory, offered in the stack's zones for every capacity type, and labelled with the
   well-known labels the NodePools select on (``karpenter.k8s.aws/instance-category`` and
@@ -22,8 +22,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from infra import catalog
-from k8s import gpu_objects
+from config import catalog
+from manifests import gpu_objects
 
 TWIN_PREFIX = "kwok-"
 KWOK_NODE_CLASS = {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "local"}

@@ -136,7 +136,7 @@ def up(stack: str, *, out: str | os.PathLike = "out", stack_config: dict | None 
     started = time.monotonic()
     d = cluster_dir(stack, out).resolve()
     check_stale(d, stack, echo)
-    from infra.stack_config import StackFileError
+    from config.stack_file import StackFileError
 
     try:
         run = run_program(str(PROJECT_DIR), stack, stack_config=stack_config)

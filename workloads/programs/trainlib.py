@@ -133,7 +133,7 @@ def event(d: Dist, kind: str, **fields) -> None:
 # lines. The first process of every node writes them, labelled with the job and the node rank.
 
 METRIC_KEY = "training_metric"  # every metric line has it: its value says what the line reports
-JOB_NAME_ENV = "TRAINING_JOB_NAME"  # set on the trainer container by the TrainJob (workloads/trainjob.py)
+JOB_NAME_ENV = "TRAINING_JOB_NAME"  # set on the trainer container by the TrainJob (manifests/trainjobs.py)
 
 
 def job_name() -> str:

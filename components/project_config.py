@@ -1,0 +1,50 @@
+"""The running program's stack config as plain data: the only module that touches pulumi.Config."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import pulumi
+from pulumi.runtime import config as runtime_config
+
+from config.schema import PROJECT, ConfigError, ConfigErrors
+from config.stack_file import namespace_suggestion
+
+
+def project_config() -> dict[str, Any]:
+    """All ``training-platform:*`` keys, structured values decoded, prefix removed.
+
+    Reading the whole map (not key by key) is what lets unknown keys be reported as errors.
+    """
+    merged: dict[str, Any] = dict(runtime_config.get_config_env())
+    merged.update(runtime_config.CONFIG.get())
+    raw: dict[str, Any] = {}
+    misspelt = []
+    for full_key, value in merged.items():
+        namespace, _, key = full_key.partition(":")
+        if namespace != PROJECT:
+            # a key meant for this project under a misspelt namespace would be silently ignored
+            if namespace_suggestion(namespace, PROJECT):
+                misspelt.append(ConfigError(full_key, _decode(value), f"unknown config namespace {namespace!r}; did you mean {PROJECT!r}?"))
+            continue
+        raw[key] = _decode(value)
+    if misspelt:
+        raise ConfigErrors(misspelt) if len(misspelt) > 1 else misspelt[0]
+    return raw
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, str):
+        text = value.strip()
+        if text[:1] in ("{", "[") or text in ("true", "false", "null") or text.lstrip("-").isdigit():
+            try:
+                return json.loads(text)
+            except json.JSONDecodeError:
+                return value
+    return value
+
+
+def aws_region() -> str:
+    return pulumi.Config("aws").get("region") or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or ""

@@ -1,0 +1,325 @@
+"""Pure builders for the training workloads: namespace, code ConfigMap, checkpoint volume and
+TrainJobs. Plain dicts from typed settings; the Trainer version decides the TrainJob's shape
+(through ``manifests.trainer_api``), the GPU catalog decides GPUs, EFA devices, CPU and memory."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import pathlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from config import catalog
+from config.settings import (
+    DEADLINE_INCOMPATIBLE_TRAINERS,
+    TF_RUNTIME,
+    DdpJobSettings,
+    FsdpJobSettings,
+    JobBase,
+    JobSettings,
+    NcclCheckSettings,
+    Settings,
+    TfJobSettings,
+    job_gpus_per_node,
+)
+from manifests import trainer_api
+from manifests.gpu_objects import EFA_LABEL, EFA_POOL, GPU_POOL, POOL_LABEL, efa_devices_per_node, efa_pool_of
+from manifests.runtimes import EFA_ENV, INITIALIZED_KEY_ENV, initialized_subpath, runtime_names
+from manifests.tenants import CHECKPOINT_CLAIM, QUEUE_LABEL
+from manifests.trainer_api import INITIALIZED_DATASET, INITIALIZED_MODEL
+
+PROGRAMS_DIR = pathlib.Path(__file__).resolve().parent.parent / "workloads" / "programs"  # the training image's programs
+CODE_MOUNT = "/opt/training/code"
+CHECKPOINT_MOUNT = "/mnt/checkpoints"
+CODE_VOLUME = "training-code"
+CHECKPOINT_VOLUME = "checkpoints"
+JOB_LABEL = "training-platform/job"
+CODE_HASH_ANNOTATION = "training-platform/code-sha256"
+DDP_SAMPLES = 60000  # generated digits per epoch: MNIST's training-set size
+JOB_NAME_ENV = "TRAINING_JOB_NAME"  # the job label of the programs' metric lines (workloads/programs/trainlib.py)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A job kind: where its settings live, what it runs and on which runtime.
+
+    ``runtime`` decides how the program is started: on the torch runtime the TrainJob's command
+    is ``launch.py torchrun <program>``; on ``tensorflow-distributed`` the TrainJob sets only
+    ``args`` (``python3 <program> ...``), so the runtime's TF_CONFIG wrapper command stays (the
+    Trainer's JobSet builder replaces the container's command/args only with those the TrainJob
+    sets: kubeflow/trainer pkg/runtime/framework/plugins/jobset/builder.go, v2.1.0 and v2.3.0).
+    ``tiny_profile``: what the local emulator appends to the rendered arguments (the last value
+    of an option wins)."""
+
+    key: str  # config key under trainjobs
+    kind: str  # the TrainJob's training-platform/job label and `make emulate JOB=`
+    name: str  # TrainJob name
+    program: str
+    runtime: str  # ClusterTrainingRuntime base name (manifests/runtimes.py BUILDERS)
+    settings: type[JobBase]
+    tiny_profile: tuple[str, ...]
+
+
+_TRAIN_TINY = ("--epochs", "1", "--max-steps", "12", "--checkpoint-every", "2", "--log-every", "1")  # a checkpoint every 2 steps
+WORKLOADS: dict[str, Workload] = {
+    w.key: w
+    for w in (
+        Workload(
+            key="ddp", kind="ddp", name="ddp-mnist", program="ddp_mnist.py", runtime=DdpJobSettings.RUNTIME, settings=DdpJobSettings,
+            tiny_profile=("--synthetic-samples", "512", "--batch-size", "16", *_TRAIN_TINY),
+        ),
+        Workload(
+            key="fsdp", kind="fsdp", name="fsdp-t5", program="fsdp_t5.py", runtime=FsdpJobSettings.RUNTIME, settings=FsdpJobSettings,
+            # the real data path: the dataset and model the (emulated) initializers wrote
+            tiny_profile=("--source-len", "32", "--target-len", "16", "--batch-size", "4", *_TRAIN_TINY),
+        ),
+        Workload(
+            key="tf", kind="tf", name="tf-mnist", program="tf_mnist.py", runtime=TfJobSettings.RUNTIME, settings=TfJobSettings,
+            tiny_profile=("--synthetic-samples", "512", "--batch-size", "16", *_TRAIN_TINY),
+        ),
+        # small messages and no pass mark: on CPU (gloo) the figure says nothing about a fabric
+        Workload(
+            key="ncclCheck", kind="nccl-check", name="nccl-check", program="allreduce_check.py", runtime=NcclCheckSettings.RUNTIME, settings=NcclCheckSettings,
+            tiny_profile=("--min-bytes", "4K", "--max-bytes", "1M", "--warmup", "2", "--iters", "5", "--min-busbw-gbps", "0"),
+        ),
+    )
+}
+WORKLOAD_BY_KIND = {w.kind: w for w in WORKLOADS.values()}
+TINY_PROFILE = {w.kind: list(w.tiny_profile) for w in WORKLOADS.values()}
+
+
+def code_files() -> dict[str, str]:
+    """The training code shipped in the ConfigMap: every program and its shared library."""
+    return {p.name: p.read_text() for p in sorted(PROGRAMS_DIR.glob("*.py"))}
+
+
+def code_hash(files: Mapping[str, str | bytes]) -> str:
+    """Over names and contents; a file given as bytes (binary) hashes its bytes, text its UTF-8."""
+    h = hashlib.sha256()
+    for name in sorted(files):
+        content = files[name]
+        h.update(name.encode() + b"\0" + (content if isinstance(content, bytes) else content.encode()) + b"\0")
+    return h.hexdigest()
+
+
+def code_configmap_name(files: Mapping[str, str | bytes]) -> str:
+    """Content-addressed: a code change makes a new ConfigMap, so the TrainJob referencing it
+    changes and is replaced (the job rolls)."""
+    return f"training-code-{code_hash(files)[:10]}"
+
+
+def namespace(name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": {"pod-security.kubernetes.io/enforce": "baseline", "pod-security.kubernetes.io/warn": "restricted"}}}
+
+
+def code_configmap(ns: str, files: Mapping[str, str | bytes]) -> dict:
+    """Text files go into ``data``; files given as bytes (not UTF-8) into ``binaryData``, base64
+    as the API carries it (the ConfigMap API: values with non-UTF-8 byte sequences must use
+    BinaryData)."""
+    cm: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": code_configmap_name(files), "namespace": ns, "annotations": {CODE_HASH_ANNOTATION: code_hash(files)}},
+        "immutable": True,
+        "data": {k: v for k, v in files.items() if not isinstance(v, bytes)},
+    }
+    binary = {k: base64.b64encode(v).decode() for k, v in files.items() if isinstance(v, bytes)}
+    if binary:
+        cm["binaryData"] = binary
+    return cm
+
+
+def checkpoint_volume(
+    *, ns: str, storage_type: str, volume_handle: Any, capacity_gib: int, attributes: dict | None = None, mount_options: list[str] | None = None, pv_name: str | None = None
+) -> tuple[dict, dict]:
+    """A static PersistentVolume on the program-created file system, pre-bound to the RWX claim
+    that names it (the two point at each other, so no other claim can take the volume).
+    ``pv_name`` defaults to ``<ns>-checkpoints``."""
+    pv_name = pv_name or f"{ns}-checkpoints"
+    csi: dict[str, Any] = {"driver": "fsx.csi.aws.com" if storage_type == "fsx" else "efs.csi.aws.com", "volumeHandle": volume_handle}
+    if attributes:
+        csi["volumeAttributes"] = attributes
+    pv_spec: dict[str, Any] = {
+        "capacity": {"storage": f"{capacity_gib}Gi"},
+        "accessModes": ["ReadWriteMany"],
+        "persistentVolumeReclaimPolicy": "Retain",
+        "storageClassName": "",
+        "csi": csi,
+        # pre-bound to its claim: without claimRef, a claim of another namespace naming this volume
+        # (volumeName) could bind it first and read another team's checkpoints
+        "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": ns, "name": CHECKPOINT_CLAIM},
+    }
+    if mount_options:
+        pv_spec["mountOptions"] = list(mount_options)
+    pv = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv_name}, "spec": pv_spec}
+    pvc = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": CHECKPOINT_CLAIM, "namespace": ns},
+        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": pv_name, "resources": {"requests": {"storage": f"{capacity_gib}Gi"}}},
+    }
+    return pv, pvc
+
+
+def initialized_key(job: FsdpJobSettings) -> str:
+    """The content key of a job's downloads: a new dataset or model gets a new directory."""
+    return hashlib.sha256(f"{job.dataset_uri()}\0{job.model_uri()}".encode()).hexdigest()[:10]
+
+
+def initialized_dir(trainjob_name: str, key: str) -> str:
+    """Where a TrainJob's trainer pods find what its initializers downloaded: the same directory
+    of the checkpoint claim (``manifests.runtimes.initialized_subpath``) through the trainer's mount."""
+    return f"{CHECKPOINT_MOUNT}/{initialized_subpath(trainjob_name, key)}"
+
+
+def initializer(job: JobBase, settings: Settings) -> dict[str, Any] | None:
+    """TrainJob.spec.initializer for jobs on the runtime with initializers (FSDP: the dataset and
+    the model as ``hf://`` URIs; the optional token as a secretRef)."""
+    if not isinstance(job, FsdpJobSettings):
+        return None
+    key = [{"name": INITIALIZED_KEY_ENV, "value": initialized_key(job)}]
+    return trainer_api.initializer_spec(dataset_uri=job.dataset_uri(), model_uri=job.model_uri(), token_secret=settings.trainjobs.hf_token_secret, env=key)
+
+
+def program_args(workload: Workload, job: JobBase) -> list[str]:
+    if not isinstance(job, workload.settings):
+        raise TypeError(f"workload {workload.key} needs {workload.settings.__name__}, not {type(job).__name__}")
+    if isinstance(job, NcclCheckSettings):
+        mark = job.pass_mark_gbps()
+        if mark is None:  # config refuses this (trainjobs.ncclCheck.minBusBwGBps is required then)
+            raise ValueError(f"TrainJob {workload.name}: no pass mark for {job.instance_type}; set trainjobs.ncclCheck.minBusBwGBps")
+        return ["--min-busbw-gbps", f"{mark:g}"] + list(job.extra_args)
+    assert isinstance(job, JobSettings)
+    args = ["--epochs", str(job.epochs), "--checkpoint-dir", f"{CHECKPOINT_MOUNT}/{workload.name}"]
+    if workload.kind == "ddp":
+        args += ["--synthetic", "--synthetic-samples", str(DDP_SAMPLES)]
+    elif workload.kind == "fsdp":
+        assert isinstance(job, FsdpJobSettings), f"workload {workload.kind} needs FSDP job settings"
+        workspace = initialized_dir(workload.name, initialized_key(job))
+        args += ["--model", job.model, "--dataset-dir", f"{workspace}/{INITIALIZED_DATASET}", "--model-dir", f"{workspace}/{INITIALIZED_MODEL}"]
+    return args + list(job.extra_args)
+
+
+def trainer_entry(workload: Workload, job: JobBase) -> dict[str, Any]:
+    """The TrainJob trainer's ``command``/``args`` and processes per node, by runtime."""
+    args = program_args(workload, job)
+    if workload.runtime == TF_RUNTIME:
+        # one TensorFlow worker per node (MultiWorkerMirroredStrategy drives every local GPU); the
+        # runtime's wrapper command sets TF_CONFIG and execs these args
+        return {"args": ["python3", f"{CODE_MOUNT}/{workload.program}", *args], "numProcPerNode": 1}
+    # launch.py keeps the workers' non-retryable exit codes visible to the failure policy
+    return {"command": ["python3", f"{CODE_MOUNT}/launch.py", "torchrun", f"{CODE_MOUNT}/{workload.program}"], "args": args, "numProcPerNode": job_gpus_per_node(job)}
+
+
+def efa_devices(job: JobBase, settings: Settings) -> int:
+    """EFA devices for one node of the job: what the EFA pool's nodes of this type expose
+    (``efa_devices_per_node``, the same function the node class is built from), in proportion
+    to the GPUs used. 0 when the type does not land in the EFA pool: then it gets no EFA devices
+    and no EFA environment either."""
+    if not (settings.efa.enabled and job.instance_type in settings.efa.instance_types):
+        return 0
+    per_node = efa_devices_per_node(job.instance_type)
+    if not per_node:
+        return 0
+    info = catalog.lookup(job.instance_type)
+    return max(1, per_node * job_gpus_per_node(job) // info.gpus)
+
+
+def job_env(job: JobBase, settings: Settings) -> list[dict]:
+    """The trainer container's env: libfabric/NCCL EFA settings only for jobs that get EFA
+    devices (a job told ``FI_PROVIDER=efa`` on a node without EFA fails to initialise NCCL's
+    network plugin instead of falling back to sockets)."""
+    env: list[dict] = []
+    if efa_devices(job, settings):
+        env += [dict(e) for e in EFA_ENV]
+    return env
+
+
+def resources_per_node(job: JobBase, settings: Settings) -> dict:
+    info = catalog.lookup(job.instance_type)
+    gpus = job_gpus_per_node(job)
+    share = gpus / info.gpus
+    # leave room for the kubelet, system reserve and daemonsets (device plugins, CNI)
+    cpu = max(1, int((info.vcpu - 2) * share * 0.9))
+    memory = max(2, int((info.memory_gib - 4) * share * 0.85))
+    limits: dict[str, Any] = {"nvidia.com/gpu": gpus}
+    efa = efa_devices(job, settings)
+    if efa:
+        limits["vpc.amazonaws.com/efa"] = efa
+    return {"requests": {"cpu": str(cpu), "memory": f"{memory}Gi"}, "limits": {**limits, "memory": f"{memory}Gi"}}
+
+
+def trainjob(
+    workload: Workload, job: JobBase, settings: Settings, *, code_configmap: str, image: Any = None, runtime_name: str | None = None, queue: str | None = None, entry: dict[str, Any] | None = None
+) -> dict:
+    """The TrainJob of a workload on its runtime (``runtime_name``: the runtime's current
+    content-hashed name; computed from the settings when not given). ``image``: the trainer image
+    (a string or an Output, e.g. the stack's built image by digest); when not given, the job's
+    own ``image`` setting, which must then be set. ``queue``: the Kueue LocalQueue the job waits in
+    (with Kueue on); the job then also names its GPU pool, so Kueue picks that pool's flavor.
+    ``entry``: the trainer's ``command``/``args``/``numProcPerNode`` (``trainctl`` passes the
+    user's command); default :func:`trainer_entry` of the workload."""
+    image = image if image is not None else job.image
+    if image is None:
+        raise ValueError(f"TrainJob {workload.name}: no image (trainjobs.{workload.key}.image is unset and no built image was passed)")
+    if runtime_name is None:
+        names = runtime_names(settings.trainer)
+        if workload.runtime not in names:  # config refuses this (trainjobs.<job>.enabled)
+            raise ValueError(f"TrainJob {workload.name}: runtime {workload.runtime} is not in trainer.runtimes")
+        runtime_name = names[workload.runtime]
+    ns = settings.trainjobs.namespace
+    node_selector = {"node.kubernetes.io/instance-type": job.instance_type}
+    zone = job.availability_zone
+    if efa_devices(job, settings):
+        node_selector[EFA_LABEL] = "true"
+        # exactly the EFA pool of this type (every EFA flavor carries the EFA label: see efa_pool_of)
+        node_selector[POOL_LABEL] = efa_pool_of(settings.efa, job.instance_type) or EFA_POOL
+        zone = zone or settings.efa.availability_zone  # EFA nodes live in that one AZ (config refuses another)
+    elif queue is not None:
+        node_selector[POOL_LABEL] = GPU_POOL  # else Kueue may place it in an EFA pool, whose types differ
+    if zone:
+        node_selector["topology.kubernetes.io/zone"] = zone
+    pod_spec = {
+        "nodeSelector": node_selector,
+        "volumes": [
+            {"name": CODE_VOLUME, "configMap": {"name": code_configmap}},
+            {"name": CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": CHECKPOINT_CLAIM}},
+        ],
+        "containers": [
+            {
+                "name": trainer_api.TRAINER_JOB,
+                "volumeMounts": [
+                    {"name": CODE_VOLUME, "mountPath": CODE_MOUNT, "readOnly": True},
+                    {"name": CHECKPOINT_VOLUME, "mountPath": CHECKPOINT_MOUNT},
+                ],
+            }
+        ],
+    }
+    field, value = trainer_api.pod_customization(settings.trainer.version, metadata=None, pod_spec=pod_spec)
+    init = initializer(job, settings) if entry is None else None  # trainctl's own commands bring no initializer
+    lifecycle: dict[str, Any] = {}
+    if job.active_deadline_seconds is not None:  # a TrainJob field from Trainer v2.2 (config refuses it on v2.1.0)
+        if settings.trainer.version in DEADLINE_INCOMPATIBLE_TRAINERS:
+            raise ValueError(f"TrainJob {workload.name}: Trainer {settings.trainer.version} has no activeDeadlineSeconds")
+        lifecycle["activeDeadlineSeconds"] = job.active_deadline_seconds
+    return {
+        "apiVersion": trainer_api.API_VERSION,
+        "kind": "TrainJob",
+        "metadata": {"name": workload.name, "namespace": ns, "labels": {JOB_LABEL: workload.kind, **({QUEUE_LABEL: queue} if queue else {})}},
+        "spec": {
+            "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime", "name": runtime_name},
+            "trainer": {
+                "image": image,
+                **(entry if entry is not None else trainer_entry(workload, job)),
+                "numNodes": job.num_nodes,
+                "resourcesPerNode": resources_per_node(job, settings),
+                # with initializers the program reads data and models from disk: never the hub
+                "env": [*job_env(job, settings), *([{"name": "HF_HUB_OFFLINE", "value": "1"}] if init else []), {"name": JOB_NAME_ENV, "value": workload.name}],
+            },
+            **({"initializer": init} if init else {}),
+            field: value,
+            **lifecycle,
+        },
+    }
