@@ -6,6 +6,7 @@ import copy
 import json
 import os
 import pathlib
+import sys
 
 import pytest
 import yaml
@@ -13,6 +14,9 @@ import yaml
 from tools import validate as schema_validation
 from tools.mock_runtime import ProgramRun, run_program
 from tools.render import manifests
+
+# the training programs import each other by name (trainlib, t5_layers), as they do in the image
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "workloads" / "programs"))
 
 PROJECT = pathlib.Path(__file__).resolve().parent.parent
 _CACHE: dict[str, ProgramRun] = {}

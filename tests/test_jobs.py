@@ -232,9 +232,10 @@ def test_tf_job_resumes_after_a_node_failure_with_the_same_result(tmp_path):
 
 def test_the_tf_job_runs_with_the_tf_venv_and_says_how_to_get_it(tmp_path, monkeypatch):
     import tools.emulate as em
+    import tools.emulator_objects as eo
 
     assert em.default_python("ddp") == em.default_python("nccl-check") == sys.executable
-    monkeypatch.setattr(em, "PROJECT_DIR", str(tmp_path))  # a checkout without .venv-tf
+    monkeypatch.setattr(eo, "PROJECT_DIR", str(tmp_path))  # a checkout without .venv-tf
     with pytest.raises(em.EmulationError, match="make emulate JOB=tf` creates .venv-tf"):
         em.default_python("tf")
     (tmp_path / TF_VENV / "bin").mkdir(parents=True)

@@ -13,6 +13,7 @@ import json
 import pathlib
 
 import pytest
+import t5_layers  # noqa: E402  (the programs directory is on sys.path: tests/conftest.py)
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
@@ -345,7 +346,7 @@ def test_sdpa_masks_are_laid_out_for_fused_kernels():
 def eager_flex(monkeypatch):
     """Uncompiled flex_attention: checks our score_mod and block masks in seconds (compiling the CPU
     kernel takes about half a minute; ``test_compiled_flex_forward_on_cpu`` does that)."""
-    monkeypatch.setattr(tm, "_compiled_flex", {True: flex_attention, False: flex_attention})
+    monkeypatch.setattr(t5_layers, "_compiled_flex", {True: flex_attention, False: flex_attention})
 
 
 @pytest.mark.parametrize(("src_len", "tgt_len"), [(20, 9), (150, 130)])  # the latter spans two 128-blocks, neither full
@@ -367,7 +368,7 @@ def test_flex_forward_matches_sdpa_on_cpu(tmp_path, eager_flex, src_len, tgt_len
 @pytest.mark.slow
 def test_compiled_flex_forward_on_cpu(tmp_path, monkeypatch):
     """The module's torch.compile'd flex_attention (inductor's CPU kernel) in inference."""
-    monkeypatch.setattr(tm, "_compiled_flex", {})
+    monkeypatch.setattr(t5_layers, "_compiled_flex", {})
     model = tm.from_pretrained(str(save_hf(tmp_path, {})))
     ids, mask, labels = batch(20, 9)
     with torch.no_grad():

@@ -1,0 +1,309 @@
+"""The settings models of the AWS side: network, cluster, managed node groups, GPU capacity, EFA and the Trainer."""
+
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import re
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar
+
+from pydantic import ConfigDict, model_serializer
+
+import versions
+from config import catalog
+from config.checks import (
+    _CLUSTER_NAME_RE,
+    _DURATION_RE,
+    _FLOW_LOG_RETENTION,
+    _IN_CATALOG,
+    _K8S_QUANTITY_RE,
+    _KMS_ARN_RE,
+    _PRINCIPAL_ARNS,
+    _SUBNET_ID,
+    AZ_RE,
+    _cidr,
+    _cidr_list,
+    _instance_type,
+    _pattern,
+    _range,
+    _shm_size,
+    _unique,
+    is_graviton,
+    too_open,
+)
+from config.schema import Bool, ConfigError, Int, SchemaCheck, Section, camel, opt, to_raw
+
+# --- network ---------------------------------------------------------------------------------
+
+
+def subnet_plan(cidr: str, az_count: int) -> tuple[list[str], list[str]]:
+    """Split the VPC CIDR: the first half holds the private subnets (pods and nodes need room),
+    a quarter of the second half the (small) public subnets for load balancers and NAT."""
+    vpc = ipaddress.IPv4Network(cidr)
+    bits = math.ceil(math.log2(az_count))
+    private_half, public_half = vpc.subnets(prefixlen_diff=1)
+    private = list(private_half.subnets(prefixlen_diff=bits))[:az_count]
+    public_quarter = next(public_half.subnets(prefixlen_diff=2))
+    public = list(public_quarter.subnets(prefixlen_diff=bits))[:az_count]
+    return [str(n) for n in private], [str(n) for n in public]
+
+
+# A subnet's block is /16 to /28 (Amazon VPC User Guide, "Subnet CIDR blocks"), and AWS keeps 5
+# addresses of each. The VPC CNI gives every pod an address of its node's subnet: a private
+# subnet is sized for a GPU cluster's zone at /24 or larger (251 addresses: the system nodes, GPU
+# nodes and their pods, Karpenter's surge during replacement).
+SMALLEST_SUBNET_PREFIX = 28
+SMALLEST_PRIVATE_SUBNET_PREFIX = 24
+
+
+class NetworkSettings(Section):
+    cidr: str = opt("10.0.0.0/16", "VPC CIDR block (new VPC only)", check=_cidr)
+    az_count: Int = opt(2, "availability zones to spread subnets over (new VPC only)", check=_range(2, 6))
+    availability_zones: list[str] = opt([], "explicit AZ names; empty = the region's first azCount zones", check=_pattern(AZ_RE, "AZ names such as us-west-2a"))
+    nat_gateways: str = opt("single", "one shared NAT gateway, or one per AZ", choices=("single", "perAz"))
+    vpc_id: str | None = opt(None, "bring your own VPC: its id (then give the subnet ids)", check=_pattern(re.compile(r"^vpc-[0-9a-f]{8,17}$", re.ASCII), "a VPC id such as vpc-0abc12345def67890"))
+    flow_log_retention_days: Int = opt(
+        30,
+        "VPC flow logs (all traffic) kept this many days in CloudWatch; 0 turns them off (new VPC only)",
+        check=SchemaCheck(lambda v: None if v in _FLOW_LOG_RETENTION else "allowed: 0 (off) or a CloudWatch retention: " + ", ".join(map(str, _FLOW_LOG_RETENTION[1:])), {"enum": list(_FLOW_LOG_RETENTION)}),
+    )
+    private_subnet_ids: list[str] = opt([], "existing private subnets (with vpcId)", check=_SUBNET_ID)
+    public_subnet_ids: list[str] = opt([], "existing public subnets (with vpcId)", check=_SUBNET_ID)
+
+    def problems(self, path: str) -> Iterator[ConfigError]:
+        if self.vpc_id:
+            if len(self.private_subnet_ids) < 2:
+                yield ConfigError(f"{path}.privateSubnetIds", self.private_subnet_ids, "with vpcId set, allowed: at least 2 private subnet ids in different AZs")
+        else:
+            for key, val in (("privateSubnetIds", self.private_subnet_ids), ("publicSubnetIds", self.public_subnet_ids)):
+                if val:
+                    yield ConfigError(f"{path}.{key}", val, "subnet ids are only allowed together with network.vpcId")
+            if self.availability_zones and len(self.availability_zones) != self.az_count:
+                yield ConfigError(f"{path}.availabilityZones", self.availability_zones, f"allowed: exactly azCount ({self.az_count}) distinct zone names")
+        if len(set(self.availability_zones)) != len(self.availability_zones):
+            yield ConfigError(f"{path}.availabilityZones", self.availability_zones, "allowed: distinct zone names")
+        for key, ids in (("privateSubnetIds", self.private_subnet_ids), ("publicSubnetIds", self.public_subnet_ids)):
+            if len(set(ids)) != len(ids):
+                yield ConfigError(f"{path}.{key}", ids, "allowed: distinct subnet ids (a subnet listed twice is one subnet)")
+        if both := sorted(set(self.private_subnet_ids) & set(self.public_subnet_ids)):
+            yield ConfigError(f"{path}.publicSubnetIds", self.public_subnet_ids, f"{', '.join(both)} also listed as private; allowed: a subnet is either private or public")
+        if self.create_vpc:
+            yield from self._subnet_size_problems(path)
+
+    def _subnet_size_problems(self, path: str) -> Iterator[ConfigError]:
+        private, public = subnet_plan(self.cidr, self.az_count)
+        private_prefix, public_prefix = ipaddress.IPv4Network(private[0]).prefixlen, ipaddress.IPv4Network(public[0]).prefixlen
+        # private: half the VPC split azCount ways; public: an eighth split azCount ways (subnet_plan)
+        bits = math.ceil(math.log2(self.az_count))
+        widest = min(SMALLEST_PRIVATE_SUBNET_PREFIX - 1 - bits, SMALLEST_SUBNET_PREFIX - 3 - bits)
+        if private_prefix > SMALLEST_PRIVATE_SUBNET_PREFIX or public_prefix > SMALLEST_SUBNET_PREFIX:
+            yield ConfigError(
+                f"{path}.cidr", self.cidr,
+                f"split over {self.az_count} zones it gives private subnets of /{private_prefix} and public subnets of /{public_prefix}; "
+                f"private subnets need /{SMALLEST_PRIVATE_SUBNET_PREFIX} or larger (every pod takes an address) and AWS's smallest subnet is /{SMALLEST_SUBNET_PREFIX}; "
+                f"allowed: a VPC CIDR of /{widest} or larger for azCount {self.az_count}",
+            )
+
+    @property
+    def create_vpc(self) -> bool:
+        return self.vpc_id is None
+
+
+# --- cluster ---------------------------------------------------------------------------------
+
+
+class ClusterSettings(Section):
+    name: str | None = opt(None, "EKS cluster name (physical); unset = training-platform-<stack>", check=_pattern(_CLUSTER_NAME_RE, "1-100 letters, digits, '-' or '_', starting with a letter or digit"))
+    version: str = opt(versions.DEFAULT_KUBERNETES_VERSION, "Kubernetes version", choices=versions.KUBERNETES_VERSIONS)
+    endpoint_public_access: Bool = opt(False, "also expose the API server publicly, restricted to publicAccessCidrs (the private endpoint is always on)")
+    public_access_cidrs: list[str] = opt([], "CIDRs allowed to reach the public endpoint (required when it is on)", check=_cidr_list)
+    allow_public_access_from_anywhere: Bool = opt(False, "explicitly allow 0.0.0.0/0 on the public endpoint")
+    admin_principal_arns: list[str] = opt([], "IAM roles/users granted cluster-admin through access entries", check=_PRINCIPAL_ARNS)
+    secrets_kms_key_arn: str | None = opt(None, "customer KMS key for envelope encryption of Secrets (in the stack's region)", check=_pattern(_KMS_ARN_RE, "a KMS key ARN"))
+
+    def problems(self, path: str) -> Iterator[ConfigError]:
+        if self.endpoint_public_access:
+            if not self.public_access_cidrs:
+                yield ConfigError(f"{path}.publicAccessCidrs", self.public_access_cidrs, "allowed: a non-empty list of CIDRs when endpointPublicAccess is true (or turn the public endpoint off)")
+            elif (why := too_open(self.public_access_cidrs)) and not self.allow_public_access_from_anywhere:
+                yield ConfigError(f"{path}.publicAccessCidrs", self.public_access_cidrs, f"{why}: refused unless cluster.allowPublicAccessFromAnywhere is true; allowed: your networks' CIDRs")
+        elif self.public_access_cidrs:
+            yield ConfigError(f"{path}.publicAccessCidrs", self.public_access_cidrs, "allowed only when endpointPublicAccess is true")
+        if len(set(self.admin_principal_arns)) != len(self.admin_principal_arns):
+            yield ConfigError(f"{path}.adminPrincipalArns", self.admin_principal_arns, "allowed: a list without duplicates")
+
+
+# --- node groups -----------------------------------------------------------------------------
+
+
+class NodeGroupSettings(Section):
+    """A managed node group; the subclasses fix the architecture (``ARCH``) and AMI type."""
+
+    ARCH: ClassVar[str]
+    AMI_TYPE: ClassVar[str]
+    instance_type: str = opt("c7g.2xlarge", "instance type", check=_instance_type)
+    min_size: Int = opt(2, "minimum nodes", check=_range(0, 100))
+    max_size: Int = opt(4, "maximum nodes", check=_range(1, 100))
+    desired_size: Int = opt(2, "desired nodes", check=_range(0, 100))
+    disk_size_gib: Int = opt(50, "root volume size in GiB", check=_range(20, 2000))
+
+    def problems(self, path: str) -> Iterator[ConfigError]:
+        if self.min_size > self.max_size:
+            yield ConfigError(f"{path}.minSize", self.min_size, f"allowed: at most maxSize ({self.max_size})")
+        elif not self.min_size <= self.desired_size <= self.max_size:
+            yield ConfigError(f"{path}.desiredSize", self.desired_size, f"allowed: between minSize ({self.min_size}) and maxSize ({self.max_size})")
+        arm = is_graviton(self.instance_type)
+        if self.ARCH == "arm64" and not arm:
+            yield ConfigError(f"{path}.instanceType", self.instance_type, "allowed: a Graviton (ARM64) instance type such as c7g.2xlarge or m7g.xlarge")
+        if self.ARCH == "amd64" and arm:
+            yield ConfigError(f"{path}.instanceType", self.instance_type, "allowed: an x86_64 instance type such as c6i.2xlarge or m7i.xlarge")
+
+
+class ArmNodeGroupSettings(NodeGroupSettings):
+    ARCH: ClassVar[str] = "arm64"
+    AMI_TYPE: ClassVar[str] = "AL2023_ARM_64_STANDARD"
+    instance_type: str = opt("c7g.2xlarge", "Graviton instance type", check=_instance_type)
+
+
+class X86NodeGroupSettings(NodeGroupSettings):
+    ARCH: ClassVar[str] = "amd64"
+    AMI_TYPE: ClassVar[str] = "AL2023_x86_64_STANDARD"
+    instance_type: str = opt("c6i.2xlarge", "x86_64 instance type", check=_instance_type)
+
+
+class NodeGroupsSettings(Section):
+    arm: ArmNodeGroupSettings = opt(ArmNodeGroupSettings(), "Graviton (ARM64) managed node group")
+    x86: X86NodeGroupSettings = opt(X86NodeGroupSettings(), "x86_64 managed node group")
+
+    def problems(self, path: str) -> Iterator[ConfigError]:
+        # Karpenter, the Trainer, JobSet, Kueue and CoreDNS run on these groups (GPU nodes are
+        # tainted): with both able to shrink to nothing, nothing would launch GPU nodes either
+        if self.arm.min_size == 0 and self.x86.min_size == 0:
+            yield ConfigError(
+                f"{path}.x86.minSize", 0,
+                "both managed node groups have minSize 0, which leaves no node for Karpenter, the Trainer, Kueue and CoreDNS; allowed: minSize of at least 1 in one group",
+            )
+
+
+# --- GPU capacity ----------------------------------------------------------------------------
+
+_CAPACITY_RESERVATION_ID_RE = re.compile(r"^cr-[0-9a-f]{17}$", re.ASCII)
+_ACCOUNT_ID_RE = re.compile(r"^\d{12}$", re.ASCII)
+
+
+class CapacityReservationSelectorTerm(Section):
+    """One capacity reservation selector term (Karpenter EC2NodeClass): a reservation id, or tags
+    (optionally with the owning account)."""
+
+    model_config = ConfigDict(json_schema_extra={"oneOf": [{"required": ["id"]}, {"required": ["tags"]}], "not": {"required": ["id", "ownerId"]}})
+
+    id: str | None = opt(None, "a capacity reservation id", check=_pattern(_CAPACITY_RESERVATION_ID_RE, "a capacity reservation id: cr- and 17 hex digits, such as cr-0123456789abcdef0"))
+    tags: dict[str, str] | None = opt(None, "tags every selected reservation carries")
+    owner_id: str | None = opt(None, "the AWS account (12 digits) that owns the tagged reservations", check=_pattern(_ACCOUNT_ID_RE, "a 12-digit AWS account id"))
+
+    @model_serializer(mode="wrap")
+    def _without_unset(self, handler: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+    def problems(self, path: str) -> Iterator[ConfigError]:
+        if (self.id is None) == (self.tags is None):
+            yield ConfigError(path, to_raw(self), "allowed: exactly one of id (a reservation id) or tags (a map of tag name to value)")
+        if self.tags is not None and not self.tags:
+            yield ConfigError(f"{path}.tags", self.tags, "allowed: at least one tag")
+        if self.owner_id is not None and self.id is not None:
+            yield ConfigError(f"{path}.ownerId", self.owner_id, "allowed only with tags (an id names one reservation already)")
+
+    def karpenter(self) -> dict[str, Any]:
+        """The term as Karpenter's EC2NodeClass spells it (``ownerID``)."""
+        term: dict[str, Any] = {"id": self.id} if self.id is not None else {"tags": dict(self.tags or {})}
+        if self.owner_id is not None:
+            term["ownerID"] = self.owner_id
+        return term
+
+
+class GpuPoolSettings(Section):
+    mode: str = opt("karpenter", "self-managed Karpenter, or EKS Auto Mode", choices=("karpenter", "auto"))
+    instance_categories: list[str] = opt(["g", "p"], "instance categories the gpu-pool may launch", choices=tuple(catalog.categories()))
+    instance_families: list[str] = opt([], "instance families (empty = any in the categories)", choices=tuple(catalog.families()))
+    instance_types: list[str] = opt([], "instance types (empty = any in the families/categories)", check=_IN_CATALOG)
+    capacity_types: list[str] = opt(["on-demand"], "capacity types", choices=("on-demand", "spot", "reserved"))
+    capacity_reservation_selector_terms: list[CapacityReservationSelectorTerm] = opt(
+        [], "On-Demand Capacity Reservations the pool may use (required with, and only with, capacity type reserved): objects with id, or tags and optional ownerId"
+    )
+    gpu_limit: Int = opt(16, "total GPUs the pool may hold", check=_range(1))
+    root_volume_size_gib: Int = opt(200, "GPU node root volume (deep-learning images are large)", check=_range(50, 16000))
+    consolidate_after: str = opt("10m", "how long an empty GPU node lives before removal", check=_pattern(_DURATION_RE, "a duration such as 30s, 10m or 1h"))
+    expire_after: str = opt("Never", "node lifetime (Never keeps nodes under a running job)", check=_pattern(_DURATION_RE, "Never or a duration such as 720h"))
+
+    def problems(self, path: str) -> Iterator[ConfigError]:
+        for key in ("instance_categories", "instance_families", "instance_types", "capacity_types"):
+            problem = _unique(getattr(self, key))
+            if problem:
+                yield ConfigError(f"{path}.{camel(key)}", getattr(self, key), problem)
+        if not self.capacity_types:
+            yield ConfigError(f"{path}.capacityTypes", self.capacity_types, "allowed: at least one of on-demand, spot, reserved")
+        terms = f"{path}.capacityReservationSelectorTerms"
+        if "reserved" in self.capacity_types and not self.capacity_reservation_selector_terms:
+            yield ConfigError(terms, [], "required when gpuPool.capacityTypes includes reserved; allowed: a list of {id: cr-...} or {tags: {...}, ownerId: ...} terms")
+        if self.capacity_reservation_selector_terms and "reserved" not in self.capacity_types:
+            yield ConfigError(terms, to_raw(self.capacity_reservation_selector_terms), "allowed only when gpuPool.capacityTypes includes reserved")
+        if self.mode == "auto":
+            # Auto Mode's gpu-pool uses its built-in `default` NodeClass (manifests.gpu_objects), which
+            # sizes the root volume itself: the key would do nothing
+            for key in ("root_volume_size_gib",):
+                if key in self.model_fields_set:
+                    yield ConfigError(f"{path}.{camel(key)}", getattr(self, key), "does nothing in gpuPool.mode auto (Auto Mode's default NodeClass sizes the root volume); allowed: unset, or gpuPool.mode karpenter")
+        if "reserved" in self.capacity_types and self.mode == "auto":
+            # the terms live on the node class, and Auto Mode's built-in `default` NodeClass selects none
+            yield ConfigError(f"{path}.capacityTypes", self.capacity_types, "reserved needs gpuPool.mode: karpenter (Auto Mode's default NodeClass selects no capacity reservations); allowed: on-demand, spot")
+        pool = self.allowed_types()
+        if not pool:
+            yield ConfigError(f"{path}.instanceTypes", self.instance_types, "no catalog type matches instanceCategories/instanceFamilies/instanceTypes together")
+            return
+        smallest = min(i.gpus for i in pool)
+        if self.gpu_limit < smallest:
+            yield ConfigError(f"{path}.gpuLimit", self.gpu_limit, f"allowed: at least one node's GPUs ({smallest} for the smallest type in the pool)")
+
+    def allowed_types(self) -> list[catalog.GpuInstance]:
+        return catalog.types_in_pool(self.instance_categories, self.instance_families, self.instance_types)
+
+
+class EfaSettings(Section):
+    enabled: Bool = opt(False, "EFA device plugin and an EFA NodePool for multi-node jobs")
+    availability_zone: str | None = opt(None, "the one AZ EFA nodes run in (required when enabled): a zone of the cluster", check=_pattern(AZ_RE, "an AZ name such as us-west-2a"))
+    instance_types: list[str] = opt(["p5.48xlarge"], "EFA-capable instance types for the EFA pool", check=_IN_CATALOG)
+
+    def problems(self, path: str) -> Iterator[ConfigError]:
+        for t in self.instance_types:
+            if not catalog.lookup(t).efa:
+                efa_types = ", ".join(sorted(n for n, i in catalog.catalog().items() if i.efa))
+                yield ConfigError(f"{path}.instanceTypes", t, f"{t} has no EFA; allowed: {efa_types}")
+        if self.enabled:
+            if not self.availability_zone:
+                yield ConfigError(f"{path}.availabilityZone", self.availability_zone, "required when efa.enabled is true: one AZ of the cluster")
+            if not self.instance_types:
+                yield ConfigError(f"{path}.instanceTypes", self.instance_types, "allowed: at least one EFA-capable type when efa.enabled is true")
+
+
+# --- Trainer ---------------------------------------------------------------------------------
+
+TORCH_RUNTIME = "torch-distributed-gpu"
+TORCH_HF_RUNTIME = "torch-distributed-gpu-hf"  # with the Trainer's dataset and model initializers
+TF_RUNTIME = "tensorflow-distributed"
+RUNTIME_NAMES = (TORCH_RUNTIME, TORCH_HF_RUNTIME, "deepspeed-distributed-gpu", TF_RUNTIME)
+
+
+class TrainerSettings(Section):
+    version: str = opt(versions.DEFAULT_TRAINER_VERSION, "Kubeflow Trainer release", choices=tuple(versions.TRAINER_VERSIONS))
+    max_restarts: Int = opt(3, "whole-job restarts (JobSet failurePolicy.maxRestarts)", check=_range(0, 100))
+    shm_size: str = opt("64Gi", "size of the memory-backed /dev/shm volume", check=SchemaCheck(_shm_size, {"pattern": _K8S_QUANTITY_RE.pattern}))
+    runtimes: list[str] = opt(list(RUNTIME_NAMES), "ClusterTrainingRuntimes to install (the runtimes of enabled jobs are always installed)", choices=RUNTIME_NAMES)
+    allow_upgrade_from: str | None = opt(None, "installed Trainer release the docs/trainer-upgrade.md procedure was run for", choices=tuple(versions.TRAINER_VERSIONS))
+
+    def problems(self, path: str) -> Iterator[ConfigError]:
+        if _unique(self.runtimes):
+            yield ConfigError(f"{path}.runtimes", self.runtimes, "allowed: a list without duplicates")
+
+

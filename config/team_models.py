@@ -1,0 +1,111 @@
+"""The settings models of teams, Kueue, observability and smoke checks."""
+
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import ClassVar
+
+from pydantic import ConfigDict, RootModel
+
+from config.checks import _FLOW_LOG_RETENTION, _IN_CATALOG, _PRINCIPAL_ARNS, DNS_LABEL_RE, _pattern, _quantity, _range, _unique
+from config.schema import Bool, ConfigError, Int, SchemaCheck, Section, opt, problems_of
+
+# --- teams (tenants) and Kueue --------------------------------------------------------------
+
+
+class TenantSettings(Section):
+    """One team: its namespace, GPU quota and the IAM principals that act in its namespace."""
+
+    gpu_quota: Int | None = opt(
+        None, "GPUs the team is guaranteed in each GPU pool (required): its ClusterQueue's nominal quota with Kueue, its namespace's ResourceQuota without", check=_range(1)
+    )
+    principal_arns: list[str] = opt(
+        [], "IAM roles/users of the team: an access entry each, in a Kubernetes group bound to the team's Role in its namespace only", check=_PRINCIPAL_ARNS
+    )
+    cpu_quota: str | None = opt(None, "CPU the team may request; unset = what its GPUs bring on the pools' nodes (vCPUs per GPU of the largest ratio)", check=_quantity)
+    memory_quota: str | None = opt(None, "memory the team may request; unset = what its GPUs bring on the pools' nodes", check=_quantity)
+    namespace: str | None = opt(None, "the team's namespace; unset = the team name", check=_pattern(DNS_LABEL_RE, "a DNS label such as vision"))
+    namespace_view_policy: Bool = opt(
+        False, "also associate the AWS-managed AmazonEKSViewPolicy, scoped to the team's namespace: read access to every object there except Secrets (more than the team's Role grants)"
+    )
+
+    def problems(self, path: str) -> Iterator[ConfigError]:
+        if self.gpu_quota is None:
+            yield ConfigError(f"{path}.gpuQuota", None, "required: the GPUs the team is guaranteed, an integer >= 1")
+        if _unique(self.principal_arns):
+            yield ConfigError(f"{path}.principalArns", self.principal_arns, "allowed: a list without duplicates")
+
+
+class TenantsSettings(RootModel[dict[str, TenantSettings]]):
+    """``training-platform:tenants``: team name -> :class:`TenantSettings`."""
+
+    model_config = ConfigDict(frozen=True)
+    KEY_NAME: ClassVar[str] = "<team>"
+
+    def problems(self, path: str) -> Iterator[ConfigError]:
+        for team, tenant in self.root.items():
+            if not DNS_LABEL_RE.fullmatch(team):
+                yield ConfigError(f"{path}.{team}", team, "a team name must be a DNS label (it names the team's Kubernetes objects and default namespace); allowed: lower-case letters, digits and '-', such as vision")
+            yield from problems_of(tenant, f"{path}.{team}")
+
+    def teams(self) -> dict[str, TenantSettings]:
+        return dict(self.root)
+
+    def namespace_of(self, team: str) -> str:
+        return self.root[team].namespace or team
+
+
+# What an admitted job waits for before all its pods run: Karpenter's launch of a GPU node, its
+# boot and device plugins, and the pull of a training image of several GB (15 min); then the
+# initializers' download, at a single Hugging Face stream's rate we assume (50 MiB/s), doubled.
+NODE_LAUNCH_MINUTES = 15
+DOWNLOAD_MIB_PER_S = 50
+
+
+def duration_seconds(text: str) -> int:
+    """Seconds of a duration such as ``1h30m`` (the form kueue.podsReadyTimeout takes)."""
+    return sum(int(n) * {"s": 1, "m": 60, "h": 3600}[u] for n, u in re.findall(r"(\d+)([smh])", text))
+
+
+class KueueSettings(Section):
+    enabled: Bool | None = opt(
+        None, "Kueue queues every TrainJob (teams' and the stack's) in one cohort; unset = on when tenants are configured and trainer.version supports it (not v2.1.0)"
+    )
+    pods_ready_timeout: str | None = opt(
+        None,
+        "an admitted TrainJob whose pods are not all running by then is suspended and requeued (all-or-nothing: waitForPodsReady.timeout); Kueue counts the initializers' downloads inside it; "
+        f"unset = sized by the stack: {NODE_LAUNCH_MINUTES} min for a GPU node's launch and image pull, plus twice the largest download (trainjobs.<job>.downloadGib) at {DOWNLOAD_MIB_PER_S} MiB/s",
+        check=_pattern(re.compile(r"^(\d+(s|m|h))+$", re.ASCII), "a duration such as 30m or 1h"),
+    )
+    requeue_limit: Int = opt(
+        3, "times a job that timed out waiting for its pods is requeued before Kueue deactivates it (waitForPodsReady.requeuingStrategy.backoffLimitCount): it then ends with reason RequeuingLimitExceeded instead of holding quota in a loop", check=_range(0, 100)
+    )
+
+
+# --- observability and smoke checks ---------------------------------------------------------
+
+# CloudWatch Logs retention periods: the values PutRetentionPolicy accepts for retentionInDays
+# (CloudWatch Logs API Reference, PutRetentionPolicy; the same list as network.flowLogRetentionDays).
+LOG_RETENTION_DAYS = _FLOW_LOG_RETENTION[1:]
+
+
+class ObservabilitySettings(Section):
+    mode: str = opt(
+        "cloudwatch",
+        "metrics and logs: the amazon-cloudwatch-observability EKS add-on (Container Insights with GPU/EFA metrics, Fluent Bit logs) and a CloudWatch dashboard; prometheus: dcgm-exporter and kube-prometheus-stack; none: neither",
+        choices=("cloudwatch", "prometheus", "none"),
+    )
+    log_retention_days: Int = opt(
+        30,
+        "days CloudWatch keeps the Container Insights log groups (application, dataplane, host, performance); cloudwatch mode",
+        check=SchemaCheck(lambda v: None if v in LOG_RETENTION_DAYS else "allowed: a CloudWatch Logs retention: " + ", ".join(map(str, LOG_RETENTION_DAYS)), {"enum": list(LOG_RETENTION_DAYS)}),
+    )
+
+
+class SmokeChecksSettings(Section):
+    enabled: Bool = opt(False, "run a one-shot GPU check at deploy (nvidia-smi and a small CUDA matmul on a gpu-pool node); pulumi up waits for it to pass")
+    instance_type: str | None = opt(None, "GPU instance type for the check; unset = the gpu-pool's type with the fewest GPUs", check=_IN_CATALOG)
+
+
