@@ -7,7 +7,7 @@ import ipaddress
 import math
 import re
 from collections.abc import Callable, Iterator
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import ConfigDict, model_serializer
 
@@ -27,7 +27,6 @@ from config.checks import (
     _cidr_list,
     _instance_type,
     _pattern,
-    _range,
     _shm_size,
     _unique,
     is_graviton,
@@ -60,9 +59,9 @@ SMALLEST_PRIVATE_SUBNET_PREFIX = 24
 
 class NetworkSettings(Section):
     cidr: str = opt("10.0.0.0/16", "VPC CIDR block (new VPC only)", check=_cidr)
-    az_count: Int = opt(2, "availability zones to spread subnets over (new VPC only)", check=_range(2, 6))
+    az_count: Int = opt(2, "availability zones to spread subnets over (new VPC only)", ge=2, le=6)
     availability_zones: list[str] = opt([], "explicit AZ names; empty = the region's first azCount zones", check=_pattern(AZ_RE, "AZ names such as us-west-2a"))
-    nat_gateways: str = opt("single", "one shared NAT gateway, or one per AZ", choices=("single", "perAz"))
+    nat_gateways: Literal["single", "perAz"] = opt("single", "one shared NAT gateway, or one per AZ")
     vpc_id: str | None = opt(None, "bring your own VPC: its id (then give the subnet ids)", check=_pattern(re.compile(r"^vpc-[0-9a-f]{8,17}$", re.ASCII), "a VPC id such as vpc-0abc12345def67890"))
     flow_log_retention_days: Int = opt(
         30,
@@ -144,10 +143,10 @@ class NodeGroupSettings(Section):
     ARCH: ClassVar[str]
     AMI_TYPE: ClassVar[str]
     instance_type: str = opt("c7g.2xlarge", "instance type", check=_instance_type)
-    min_size: Int = opt(2, "minimum nodes", check=_range(0, 100))
-    max_size: Int = opt(4, "maximum nodes", check=_range(1, 100))
-    desired_size: Int = opt(2, "desired nodes", check=_range(0, 100))
-    disk_size_gib: Int = opt(50, "root volume size in GiB", check=_range(20, 2000))
+    min_size: Int = opt(2, "minimum nodes", ge=0, le=100)
+    max_size: Int = opt(4, "maximum nodes", ge=1, le=100)
+    desired_size: Int = opt(2, "desired nodes", ge=0, le=100)
+    disk_size_gib: Int = opt(50, "root volume size in GiB", ge=20, le=2000)
 
     def problems(self, path: str) -> Iterator[ConfigError]:
         if self.min_size > self.max_size:
@@ -224,16 +223,16 @@ class CapacityReservationSelectorTerm(Section):
 
 
 class GpuPoolSettings(Section):
-    mode: str = opt("karpenter", "self-managed Karpenter, or EKS Auto Mode", choices=("karpenter", "auto"))
+    mode: Literal["karpenter", "auto"] = opt("karpenter", "self-managed Karpenter, or EKS Auto Mode")
     instance_categories: list[str] = opt(["g", "p"], "instance categories the gpu-pool may launch", choices=tuple(catalog.categories()))
     instance_families: list[str] = opt([], "instance families (empty = any in the categories)", choices=tuple(catalog.families()))
     instance_types: list[str] = opt([], "instance types (empty = any in the families/categories)", check=_IN_CATALOG)
-    capacity_types: list[str] = opt(["on-demand"], "capacity types", choices=("on-demand", "spot", "reserved"))
+    capacity_types: list[Literal["on-demand", "spot", "reserved"]] = opt(["on-demand"], "capacity types")
     capacity_reservation_selector_terms: list[CapacityReservationSelectorTerm] = opt(
         [], "On-Demand Capacity Reservations the pool may use (required with, and only with, capacity type reserved): objects with id, or tags and optional ownerId"
     )
-    gpu_limit: Int = opt(16, "total GPUs the pool may hold", check=_range(1))
-    root_volume_size_gib: Int = opt(200, "GPU node root volume (deep-learning images are large)", check=_range(50, 16000))
+    gpu_limit: Int = opt(16, "total GPUs the pool may hold", ge=1)
+    root_volume_size_gib: Int = opt(200, "GPU node root volume (deep-learning images are large)", ge=50, le=16000)
     consolidate_after: str = opt("10m", "how long an empty GPU node lives before removal", check=_pattern(_DURATION_RE, "a duration such as 30s, 10m or 1h"))
     expire_after: str = opt("Never", "node lifetime (Never keeps nodes under a running job)", check=_pattern(_DURATION_RE, "Never or a duration such as 720h"))
 
@@ -297,7 +296,7 @@ RUNTIME_NAMES = (TORCH_RUNTIME, TORCH_HF_RUNTIME, "deepspeed-distributed-gpu", T
 
 class TrainerSettings(Section):
     version: str = opt(versions.DEFAULT_TRAINER_VERSION, "Kubeflow Trainer release", choices=tuple(versions.TRAINER_VERSIONS))
-    max_restarts: Int = opt(3, "whole-job restarts (JobSet failurePolicy.maxRestarts)", check=_range(0, 100))
+    max_restarts: Int = opt(3, "whole-job restarts (JobSet failurePolicy.maxRestarts)", ge=0, le=100)
     shm_size: str = opt("64Gi", "size of the memory-backed /dev/shm volume", check=SchemaCheck(_shm_size, {"pattern": _K8S_QUANTITY_RE.pattern}))
     runtimes: list[str] = opt(list(RUNTIME_NAMES), "ClusterTrainingRuntimes to install (the runtimes of enabled jobs are always installed)", choices=RUNTIME_NAMES)
     allow_upgrade_from: str | None = opt(None, "installed Trainer release the docs/trainer-upgrade.md procedure was run for", choices=tuple(versions.TRAINER_VERSIONS))

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import versions
 from config import catalog
-from config.checks import _DURATION_RE, _IN_CATALOG, AZ_RE, DNS_LABEL_RE, _pattern, _range
+from config.checks import _DURATION_RE, _IN_CATALOG, AZ_RE, DNS_LABEL_RE, _pattern
 from config.infra_models import TF_RUNTIME, TORCH_HF_RUNTIME, TORCH_RUNTIME
 from config.namespaces import AGENT_NAMESPACE, KARPENTER_NAMESPACE, KUEUE_NAMESPACE, MONITORING_NAMESPACE, OPS_NAMESPACE, STORAGE_NAMESPACE, TRAINER_NAMESPACE
 from config.schema import Bool, ConfigError, Float, Int, SchemaCheck, Section, camel, opt
@@ -68,17 +68,18 @@ def _platform_flag(arg: str, flags: Mapping[str, str] = PLATFORM_FLAGS) -> str |
 class JobBase(Section):
     """What every TrainJob has: nodes, instance type, image, placement, extra arguments.
     ``PLATFORM_FLAGS``: the program's flags the platform sets (refused in ``extraArgs``)."""
+    RUNTIME: ClassVar[str]  # the ClusterTrainingRuntime (base name) the job runs on
 
     PLATFORM_FLAGS: ClassVar[Mapping[str, str]] = PLATFORM_FLAGS
     enabled: Bool = opt(False, "create the TrainJob")
-    num_nodes: Int = opt(2, "nodes (pods) in the job", check=_range(1, 1000))
+    num_nodes: Int = opt(2, "nodes (pods) in the job", ge=1, le=1000)
     instance_type: str = opt("g5.xlarge", "GPU instance type of each node", check=_IN_CATALOG)
-    gpus_per_node: Int | None = opt(None, "GPUs (processes) per node; unset = all GPUs of the type", check=_range(1))
+    gpus_per_node: Int | None = opt(None, "GPUs (processes) per node; unset = all GPUs of the type", ge=1)
     image: str | None = opt(None, "training image; unset = the image the stack builds from workloads/Dockerfile into its own ECR repository (docs/images.md)", check=_IMAGE_CHECK)
     availability_zone: str | None = opt(None, "pin the job's nodes to one AZ (an EFA job: efa.availabilityZone)", check=_pattern(AZ_RE, "an AZ name such as us-west-2a"))
     extra_args: list[str] = opt([], "extra command-line arguments for the training program (not the flags the platform sets: --epochs, --checkpoint-dir; DDP: --data-dir; FSDP: --model, --dataset-dir, --model-dir)")
     active_deadline_seconds: Int | None = opt(
-        None, "runaway guard: the TrainJob fails (DeadlineExceeded) this many seconds after it starts; unset = no limit (Trainer v2.3.0 only: docs/runbook.md)", check=_range(1)
+        None, "runaway guard: the TrainJob fails (DeadlineExceeded) this many seconds after it starts; unset = no limit (Trainer v2.3.0 only: docs/runbook.md)", ge=1
     )
 
     def problems(self, path: str) -> Iterator[ConfigError]:
@@ -108,7 +109,7 @@ class JobSettings(JobBase):
     """A training job; :class:`DdpJobSettings`, :class:`FsdpJobSettings` and
     :class:`TfJobSettings` change defaults and descriptions (and FSDP adds ``model`` and ``dataset``)."""
 
-    epochs: Int = opt(3, "training epochs", check=_range(1, 10000))
+    epochs: Int = opt(3, "training epochs", ge=1, le=10000)
 
 
 class DdpJobSettings(JobSettings):
@@ -125,7 +126,7 @@ class FsdpJobSettings(JobSettings):
     RUNTIME: ClassVar[str] = TORCH_HF_RUNTIME
     enabled: Bool = opt(False, "create the FSDP (T5) TrainJob")
     instance_type: str = opt("g5.12xlarge", "GPU instance type of each node", check=_IN_CATALOG)
-    epochs: Int = opt(1, "training epochs", check=_range(1, 10000))
+    epochs: Int = opt(1, "training epochs", ge=1, le=10000)
     PLATFORM_FLAGS: ClassVar[Mapping[str, str]] = FSDP_PLATFORM_FLAGS
     model: str = opt("google-t5/t5-large", "Hugging Face model id to fine-tune; the Trainer's model initializer downloads hf://<model> before the job starts", check=_MODEL_CHECK)
     dataset: str = opt(
@@ -137,7 +138,7 @@ class FsdpJobSettings(JobSettings):
     download_gib: Int = opt(
         16,
         "estimated GiB the initializers download (the model repository and the dataset); sizes the time an admitted job may take to start (kueue.podsReadyTimeout): the default covers t5-large's repository with every weight format",
-        check=_range(1, 100_000),
+        ge=1, le=100_000,
     )
 
     def dataset_uri(self) -> str:
@@ -154,7 +155,7 @@ class TfJobSettings(JobSettings):
 
     PLATFORM_FLAGS: ClassVar[Mapping[str, str]] = {f: PLATFORM_FLAGS[f] for f in ("--epochs", "--checkpoint-dir")}
     enabled: Bool = opt(False, "create the TensorFlow (MNIST, MultiWorkerMirroredStrategy) TrainJob")
-    gpus_per_node: Int | None = opt(None, "GPUs per node (one TensorFlow worker per node uses them all); unset = all GPUs of the type", check=_range(1))
+    gpus_per_node: Int | None = opt(None, "GPUs per node (one TensorFlow worker per node uses them all); unset = all GPUs of the type", ge=1)
     image: str | None = opt(versions.TENSORFLOW_RUNTIME_IMAGE, "TensorFlow image (the program needs only TensorFlow); default: the tensorflow-distributed runtime's pinned image", check=_IMAGE_CHECK)
     extra_args: list[str] = opt([], "extra command-line arguments for tf_mnist.py (not the flags the platform sets: --epochs, --checkpoint-dir)")
 
@@ -171,7 +172,7 @@ class NcclCheckSettings(JobBase):
 
     PLATFORM_FLAGS: ClassVar[Mapping[str, str]] = {"--min-busbw-gbps": "min_bus_bw_g_bps"}
     enabled: Bool = opt(False, "create the all-reduce bandwidth check TrainJob (run it before big jobs)")
-    num_nodes: Int = opt(2, "nodes (pods) the all-reduce spans (at least 2: the check is of the network between nodes)", check=_range(2, 1000))
+    num_nodes: Int = opt(2, "nodes (pods) the all-reduce spans (at least 2: the check is of the network between nodes)", ge=2, le=1000)
     instance_type: str = opt("p5.48xlarge", "GPU instance type of each node", check=_IN_CATALOG)
     min_bus_bw_g_bps: Float | None = opt(
         None,
@@ -197,11 +198,11 @@ class NcclCheckSettings(JobBase):
 
 
 class CheckpointStorageSettings(Section):
-    type: str = opt("fsx", "durable RWX checkpoint volume", choices=("fsx", "efs"))
+    type: Literal["fsx", "efs"] = opt("fsx", "durable RWX checkpoint volume")
     capacity_gib: Int = opt(1200, "FSx for Lustre capacity (1200 or a multiple of 2400)", check=lambda v: None if v == 1200 or (v > 0 and v % 2400 == 0) else "allowed: 1200 or a multiple of 2400")
     throughput_per_tib: Int = opt(250, "FSx PERSISTENT_2 throughput per TiB (MB/s)", choices=(125, 250, 500, 1000))
     backup_retention_days: Int = opt(
-        7, "daily automatic backups of the checkpoint file system, kept this many days (FSx automaticBackupRetentionDays, at most 90; EFS: AWS Backup's daily plan, kept 35 days, on when not 0); FSx also keeps a final backup when the file system is deleted", check=_range(0, 90)
+        7, "daily automatic backups of the checkpoint file system, kept this many days (FSx automaticBackupRetentionDays, at most 90; EFS: AWS Backup's daily plan, kept 35 days, on when not 0); FSx also keeps a final backup when the file system is deleted", ge=0, le=90
     )
     protect: Bool = opt(False, "Pulumi refuses to delete or replace the checkpoint file system (resource protection) until this is turned off")
 

@@ -19,8 +19,9 @@ import re
 import types
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, cast
 
+import annotated_types
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, RootModel, ValidationError
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
@@ -162,7 +163,7 @@ def _field_check(choices: tuple | None, check: Check | None) -> Callable[[Any], 
     return run
 
 
-def opt(default: Any, doc: str, *, choices: tuple | None = None, check: Check | None = None) -> Any:
+def opt(default: Any, doc: str, *, choices: tuple | None = None, check: Check | None = None, ge: int | None = None, le: int | None = None) -> Any:
     """Declare a settings field: default, description, allowed choices, value check.
 
     Typed ``Any`` like :func:`pydantic.Field`: it stands in for the field's default. ``check``
@@ -174,6 +175,8 @@ def opt(default: Any, doc: str, *, choices: tuple | None = None, check: Check | 
         extra["enum"] = list(choices)
     top = {"default": list(default)} if isinstance(default, list) and all(isinstance(v, str | int) for v in default) else {}
     kwargs: dict[str, Any] = {"description": doc, "json_schema_extra": _schema_extra(extra, top)}
+    # bounds are pydantic's own (Field ge/le: validation and JSON Schema minimum/maximum)
+    kwargs.update({k: v for k, v in (("ge", ge), ("le", le)) if v is not None})
     if isinstance(default, list):
         info = Field(default_factory=lambda d=default: list(d), **kwargs)
     elif isinstance(default, BaseModel):
@@ -210,10 +213,23 @@ def _schema_extra(extra: dict[str, Any], top: dict[str, Any]) -> Callable[[dict[
 
 
 def choices_of(cls: type[BaseModel], name: str) -> tuple | None:
-    for m in cls.model_fields[name].metadata:
+    """The allowed values of a field: its ``Literal`` annotation (of the field, its list items or
+    its optional value), else the ``choices`` given to :func:`opt`."""
+    info = cls.model_fields[name]
+    literal = _literal_values(info.annotation)
+    if literal is not None:
+        return literal
+    for m in info.metadata:
         if isinstance(m, _Choices):
             return m.choices
     return None
+
+
+def _literal_values(tp: Any) -> tuple | None:
+    tp, _ = _unwrap_optional(_strip_annotated(tp))
+    if typing.get_origin(tp) is list:
+        tp = _strip_annotated(typing.get_args(tp)[0])
+    return typing.get_args(tp) if typing.get_origin(tp) is Literal else None
 
 
 class Section(BaseModel):
@@ -322,6 +338,24 @@ _TYPE_TEXT = {
 }
 
 
+def _bounds(cls: type[BaseModel], loc: tuple) -> tuple[int | None, int | None]:
+    """The field's own bounds (Field ge/le), without the int64 range every Int has."""
+    names = [p for p in loc if isinstance(p, str)]
+    model = _model_at(cls, tuple(names[:-1])) if names else None
+    info = model.model_fields.get(_field_name(model, names[-1])) if model is not None and names else None
+    lo = hi = None
+    for m in info.metadata if info is not None else ():
+        if isinstance(m, annotated_types.Ge) and m.ge != INT64[0]:
+            lo = m.ge
+        if isinstance(m, annotated_types.Le) and m.le != INT64[1]:
+            hi = m.le
+    return cast(int | None, lo), cast(int | None, hi)
+
+
+def _field_name(model: type[BaseModel], alias: str) -> str:
+    return next((n for n, f in model.model_fields.items() if f.alias == alias or n == alias), alias)
+
+
 def _from_pydantic(cls: type[BaseModel], path: str, err: Any) -> ConfigError:
     loc = tuple(err["loc"])
     key, value, kind = _key(path, loc), err.get("input"), err["type"]
@@ -335,9 +369,21 @@ def _from_pydantic(cls: type[BaseModel], path: str, err: Any) -> ConfigError:
         model = _model_at(cls, loc)
         allowed = "expected an object with keys " + ", ".join(keys_of(model)) if model else "expected an object"
         return ConfigError(key, value, allowed)
+    if kind == "literal_error":
+        names = [p for p in loc if isinstance(p, str)]
+        model = _model_at(cls, tuple(names[:-1])) if names else None
+        allowed_values = choices_of(model, _field_name(model, names[-1])) if model is not None and names else None
+        if allowed_values:
+            close = difflib.get_close_matches(str(value), [str(c) for c in allowed_values], n=1, cutoff=0.6)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            return ConfigError(key, value, hint + "allowed: " + ", ".join(map(str, allowed_values)))
     if kind in ("less_than_equal", "greater_than_equal"):
-        bound = ctx.get("le", ctx.get("ge"))
-        return ConfigError(key, value, f"allowed: {'at most' if kind == 'less_than_equal' else 'at least'} {bound} (a 64-bit integer, as the Kubernetes API holds)")
+        lo, hi = _bounds(cls, loc)
+        if kind == "less_than_equal" and hi is None:
+            return ConfigError(key, value, f"allowed: at most {INT64[1]} (a 64-bit integer, as the Kubernetes API holds)")
+        if kind == "greater_than_equal" and lo is None:
+            return ConfigError(key, value, f"allowed: at least {INT64[0]} (a 64-bit integer, as the Kubernetes API holds)")
+        return ConfigError(key, value, f"allowed: an integer from {lo} to {hi}" if hi is not None else f"allowed: an integer >= {lo}")
     allowed = _TYPE_TEXT.get(kind, str(err["msg"]))
     if value is None:
         allowed += ", not null"
@@ -421,52 +467,6 @@ def problems_of(obj: Section, path: str) -> Iterator[ConfigError]:
                 if isinstance(item, Section):
                     yield from problems_of(item, f"{key}[{i}]")
     yield from obj.problems(path)
-
-
-# --- documentation ---------------------------------------------------------------------------
-
-
-def describe(cls: type[BaseModel], prefix: str = "") -> list[tuple[str, str, str, str]]:
-    """(key, type, default, description) rows for every leaf field, for documentation."""
-    rows = []
-    if (item := _map_item_model(cls)) is not None:  # a map section: its value's keys under <name>
-        return describe(item, prefix + getattr(cls, "KEY_NAME", "<name>") + ".")
-    for name, f in cls.model_fields.items():
-        key = f"{prefix}{f.alias or name}"
-        tp, _ = _unwrap_optional(_strip_annotated(f.annotation))
-        sub = _model_type(tp)
-        if sub is not None:
-            rows.extend(describe(sub, key + "."))
-            continue
-        doc = f.description or ""
-        choices = choices_of(cls, name)
-        if choices:
-            doc += " (" + " | ".join(map(str, choices)) + ")"
-        default = f.get_default(call_default_factory=True)
-        rows.append((key, doc_type(tp), repr_default(default), doc))
-    return rows
-
-
-def doc_type(tp: Any) -> str:
-    tp = _strip_annotated(tp)
-    origin = typing.get_origin(tp)
-    if origin is list:
-        return "list of " + doc_type(typing.get_args(tp)[0]) + "s"
-    if origin is dict:
-        return "map of " + doc_type(typing.get_args(tp)[1]) + "s"
-    if isinstance(tp, type) and issubclass(tp, BaseModel):
-        return "object"
-    return {str: "string", int: "integer", float: "number", bool: "boolean"}.get(tp, getattr(tp, "__name__", str(tp)))
-
-
-def repr_default(value: Any) -> str:
-    if value is None:
-        return "unset"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, list):
-        return "[" + ", ".join(map(str, value)) + "]"
-    return str(value)
 
 
 def to_raw(obj: Any) -> Any:

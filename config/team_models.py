@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import ConfigDict, RootModel
 
-from config.checks import _FLOW_LOG_RETENTION, _IN_CATALOG, _PRINCIPAL_ARNS, DNS_LABEL_RE, _pattern, _quantity, _range, _unique
+from config.checks import _FLOW_LOG_RETENTION, _IN_CATALOG, _PRINCIPAL_ARNS, DNS_LABEL_RE, _pattern, _quantity, _unique
 from config.schema import Bool, ConfigError, Int, SchemaCheck, Section, opt, problems_of
 
 # --- teams (tenants) and Kueue --------------------------------------------------------------
@@ -19,7 +19,7 @@ class TenantSettings(Section):
     """One team: its namespace, GPU quota and the IAM principals that act in its namespace."""
 
     gpu_quota: Int | None = opt(
-        None, "GPUs the team is guaranteed in each GPU pool (required): its ClusterQueue's nominal quota with Kueue, its namespace's ResourceQuota without", check=_range(1)
+        None, "GPUs the team is guaranteed in each GPU pool (required): its ClusterQueue's nominal quota with Kueue, its namespace's ResourceQuota without", ge=1
     )
     principal_arns: list[str] = opt(
         [], "IAM roles/users of the team: an access entry each, in a Kubernetes group bound to the team's Role in its namespace only", check=_PRINCIPAL_ARNS
@@ -80,7 +80,7 @@ class KueueSettings(Section):
         check=_pattern(re.compile(r"^(\d+(s|m|h))+$", re.ASCII), "a duration such as 30m or 1h"),
     )
     requeue_limit: Int = opt(
-        3, "times a job that timed out waiting for its pods is requeued before Kueue deactivates it (waitForPodsReady.requeuingStrategy.backoffLimitCount): it then ends with reason RequeuingLimitExceeded instead of holding quota in a loop", check=_range(0, 100)
+        3, "times a job that timed out waiting for its pods is requeued before Kueue deactivates it (waitForPodsReady.requeuingStrategy.backoffLimitCount): it then ends with reason RequeuingLimitExceeded instead of holding quota in a loop", ge=0, le=100
     )
 
 
@@ -92,10 +92,9 @@ LOG_RETENTION_DAYS = _FLOW_LOG_RETENTION[1:]
 
 
 class ObservabilitySettings(Section):
-    mode: str = opt(
+    mode: Literal["cloudwatch", "prometheus", "none"] = opt(
         "cloudwatch",
         "metrics and logs: the amazon-cloudwatch-observability EKS add-on (Container Insights with GPU/EFA metrics, Fluent Bit logs) and a CloudWatch dashboard; prometheus: dcgm-exporter and kube-prometheus-stack; none: neither",
-        choices=("cloudwatch", "prometheus", "none"),
     )
     log_retention_days: Int = opt(
         30,

@@ -3,6 +3,7 @@ Karpenter and the device plugins. Plain dicts in, plain dicts out; no Pulumi."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import versions
@@ -42,7 +43,7 @@ def instance_label_keys(mode: str) -> tuple[str, str]:
     return f"{prefix}/instance-category", f"{prefix}/instance-family"
 
 
-def _requirements(mode: str, categories: list[str], families: list[str], types: list[str], capacity_types: list[str], zone: str | None = None) -> list[dict]:
+def _requirements(mode: str, categories: list[str], families: list[str], types: list[str], capacity_types: Sequence[str], zone: str | None = None) -> list[dict]:
     cat_key, fam_key = instance_label_keys(mode)
     reqs = [
         {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},

@@ -10,7 +10,8 @@ import argparse
 import pathlib
 import sys
 
-from config.schema import PROJECT, describe
+from config.schema import PROJECT
+from config.schema_docs import describe
 from config.settings import SECTIONS
 
 START, END = "<!-- config-reference:start -->", "<!-- config-reference:end -->"
