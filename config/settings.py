@@ -96,7 +96,7 @@ from config.job_models import (  # noqa: F401
     hf_uri,
     system_namespaces,
 )
-from config.schema import ConfigError, ConfigErrors, Section, repaired_section, unknown_key_hint, validate_section
+from config.schema import ConfigError, ConfigErrors, Section, problems_of, repaired_section, unknown_key_hint, validate_section
 from config.team_models import DOWNLOAD_MIB_PER_S, LOG_RETENTION_DAYS, NODE_LAUNCH_MINUTES, KueueSettings, ObservabilitySettings, SmokeChecksSettings, TenantSettings, TenantsSettings, duration_seconds  # noqa: F401
 
 # --- the whole stack -------------------------------------------------------------------------
@@ -183,6 +183,10 @@ def load_settings(raw: Mapping[str, Any], *, stack: str, region: str) -> Setting
         errors += found
         if obj is None and found:
             obj = repaired_section(cls, raw.get(key))  # its invalid values left at their defaults
+            if obj is not None:  # the section's own rules on the values that parsed (not on what was reported,
+                # nor beside a misspelt key, whose value the rule would miss)
+                misspelt = {r.key.rsplit(".", 1)[0] for r in found if r.allowed.startswith("unknown key")}
+                errors += [e for e in problems_of(obj, key) if not any(_same_or_within(e.key, r.key) for r in found) and e.key.rsplit(".", 1)[0] not in misspelt]
         sections[_SECTION_ATTR[key]] = obj if obj is not None else cls()
         if obj is not None:
             usable.add(key)

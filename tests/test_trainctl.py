@@ -201,7 +201,7 @@ def test_size_limit_counts_values_as_the_api_server(tmp_path):
 @pytest.mark.parametrize(("args", "expect"), [
     (["--runtime", "jax"], "unknown runtime 'jax'"),
     (["--nodes", "0"], "--nodes 0"),
-    (["--instance-type", "m5.large"], "not in the GPU catalog"),
+    (["--instance-type", "m5.large"], "not in the GPU instance catalog"),
     (["--gpus-per-node", "2"], "g5.xlarge has 1 GPUs"),
 ])
 def test_bad_input_refused_before_any_request(api, proj, capsys, args, expect):
@@ -529,3 +529,20 @@ def test_code_dir_edges_are_one_line_each(tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli.main(["submit", "--help"])
     assert "-- COMMAND" in capsys.readouterr().out
+
+
+def test_trainctl_and_the_stack_judge_a_job_shape_alike(capsys):
+    """One TrainJob model: trainctl's flags are checked by the stack's JobBase, every problem at once."""
+    from trainctl import objects
+
+    req = objects.Request(namespace="vision", nodes=0, command=["python", "t.py"], instance_type="g5.xlarge", gpus_per_node=4, image="repo/org/img:latest")
+    with pytest.raises(objects.SubmitError) as err:
+        objects.check(req)
+    lines = str(err.value).splitlines()
+    assert [line.split(" ", 1)[0] for line in lines] == ["--nodes", "--gpus-per-node", "--image"]
+    from config.schema import ConfigError
+    from config.settings import load_settings
+
+    with pytest.raises(ConfigError) as stack_err:
+        load_settings({"trainjobs": {"ddp": {"enabled": True, "numNodes": 0, "gpusPerNode": 4, "image": "repo/org/img:latest"}}}, stack="dev", region="us-west-2")
+    assert sorted(stack_err.value.keys) == ["trainjobs.ddp.gpusPerNode", "trainjobs.ddp.image", "trainjobs.ddp.numNodes"]

@@ -6,7 +6,7 @@
 
 The kubeconfig comes from ``--kubeconfig``, else ``$KUBECONFIG``, else ``~/.kube/config``; the
 namespace from ``--namespace``, else the kubeconfig context's. Tables for people; ``--output
-json|yaml`` for scripts. Bad input is one ``trainctl: error: ...`` line on stderr and exit code 2,
+json|yaml`` for scripts. Bad input is one ``trainctl: error: ...`` line per problem on stderr and exit code 2,
 with nothing created; a failed cluster call is one line and exit code 1.
 """
 
@@ -361,7 +361,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError(f"{args.cmd} takes no command after --")
         return COMMANDS[args.cmd](args)
     except (UsageError, objects.SubmitError, CodeError) as err:
-        print(f"trainctl: error: {err}", file=sys.stderr)
+        for line in str(err).splitlines():  # one line per problem, all of them
+            print(f"trainctl: error: {line}", file=sys.stderr)
         return 2
     except ClusterError as err:
         print(f"trainctl: error: {err}", file=sys.stderr)

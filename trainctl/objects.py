@@ -22,6 +22,7 @@ from typing import Any
 
 import versions
 from config import catalog
+from config.schema import problems_of, repaired_section, validate_section
 from config.settings import AZ_RE, DNS_LABEL_RE, KUEUE_INCOMPATIBLE_TRAINERS, TF_RUNTIME, TORCH_RUNTIME, EfaSettings, JobBase, Settings, TrainerSettings, TrainJobsSettings
 from manifests import trainer_api
 from manifests import trainjobs as tj
@@ -35,13 +36,11 @@ DEFAULT_IMAGES = {"torch": versions.TORCH_RUNTIME_IMAGE, "tensorflow": versions.
 """The image a job runs when ``--image`` is not given: its runtime's pinned image."""
 TRAINCTL_KIND = "trainctl"
 """The ``training-platform/job`` label of jobs submitted with trainctl."""
-MAX_NODES = 1000
 DEFAULT_INSTANCE_TYPE = "g5.xlarge"
 """``--instance-type`` where the cluster publishes no facts (manifests/platform_facts.py) to take it from."""
 # TrainJob names: the CRD's CEL rules (kubeflow/trainer v2.3.0 trainjob_types.go: RFC 1035 label, at most 63)
 _NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$", re.ASCII)
 NAME_MAX = 63
-_IMAGE_RE = re.compile(r"^[a-z0-9.-]+(:\d+)?(/[a-z0-9._-]+)+(:[\w.-]+|@sha256:[0-9a-f]{64})$", re.ASCII)
 
 
 class SubmitError(ValueError):
@@ -65,29 +64,45 @@ class Request:
     efa_types: tuple[str, ...] = ()  # every EFA type of the cluster (its pools' layouts), from its published facts
 
 
+# the job-shape keys of the stack's TrainJob model (config/job_models.py JobBase) as trainctl's flags
+FLAGS = {"numNodes": "--nodes", "instanceType": "--instance-type", "gpusPerNode": "--gpus-per-node", "image": "--image"}
+
+
+def job_shape_problems(req: Request) -> list[str]:
+    """The request's job shape checked by the stack's own TrainJob model (``JobBase``): the same
+    bounds, catalog, image and GPU rules as a stack job, each problem named by its flag."""
+    raw = {"enabled": True, "numNodes": req.nodes, "instanceType": req.instance_type, "gpusPerNode": req.gpus_per_node, "image": req.image}
+    given = {k: v for k, v in raw.items() if v is not None}
+    obj, problems = validate_section(JobBase, given, "")
+    if obj is None and (repaired := repaired_section(JobBase, given)) is not None:
+        # the model's own rules on the values that parsed (every problem at once, as the stack's loader)
+        problems += [p for p in problems_of(repaired, "") if p.key not in {q.key for q in problems}]
+    lines = []
+    for p in problems:
+        key = p.key.lstrip(".").split("[")[0]
+        lines.append(f"{FLAGS.get(key, key)} {p.value!r}: {p.allowed}")
+    return lines
+
+
 def check(req: Request) -> None:
-    """Refuse bad input before anything is read or sent: one :class:`SubmitError` line."""
+    """Refuse bad input before anything is read or sent: one :class:`SubmitError` with a line per
+    problem."""
+    problems = []
     if req.runtime not in RUNTIMES:
-        raise SubmitError(f"unknown runtime {req.runtime!r}; allowed: {', '.join(RUNTIMES)}")
-    if req.nodes < 1 or req.nodes > MAX_NODES:
-        raise SubmitError(f"--nodes {req.nodes}: allowed: 1 to {MAX_NODES}")
+        problems.append(f"unknown runtime {req.runtime!r}; allowed: {', '.join(RUNTIMES)}")
     if not DNS_LABEL_RE.fullmatch(req.namespace):
-        raise SubmitError(f"--namespace {req.namespace!r} is not a namespace name (a DNS label such as vision)")
-    if req.instance_type not in catalog.catalog():
-        raise SubmitError(f"--instance-type {req.instance_type!r} is not in the GPU catalog; allowed: {', '.join(sorted(catalog.catalog()))}")
-    gpus = catalog.lookup(req.instance_type).gpus
-    if req.gpus_per_node is not None and not 1 <= req.gpus_per_node <= gpus:
-        raise SubmitError(f"--gpus-per-node {req.gpus_per_node}: allowed: 1 to {gpus} ({req.instance_type} has {gpus} GPUs)")
-    if req.image is not None and (not _IMAGE_RE.fullmatch(req.image) or req.image.endswith(":latest")):
-        raise SubmitError(f"--image {req.image!r}: allowed: an image reference with a pinned tag or digest (not latest), such as registry/org/name:1.0")
+        problems.append(f"--namespace {req.namespace!r} is not a namespace name (a DNS label such as vision)")
+    problems += job_shape_problems(req)
     if req.name is not None and (not _NAME_RE.fullmatch(req.name) or len(req.name) > NAME_MAX):
-        raise SubmitError(f"--name {req.name!r}: allowed: a lowercase RFC 1035 label (a letter first, then letters, digits, '-'), at most {NAME_MAX} characters")
+        problems.append(f"--name {req.name!r}: allowed: a lowercase RFC 1035 label (a letter first, then letters, digits, '-'), at most {NAME_MAX} characters")
     if req.trainer_version not in versions.TRAINER_VERSIONS:
-        raise SubmitError(f"--trainer-version {req.trainer_version!r}; allowed: {', '.join(versions.TRAINER_VERSIONS)}")
+        problems.append(f"--trainer-version {req.trainer_version!r}; allowed: {', '.join(versions.TRAINER_VERSIONS)}")
     if req.efa_zone is not None and not AZ_RE.fullmatch(req.efa_zone):
-        raise SubmitError(f"--efa-zone {req.efa_zone!r}: allowed: an AZ name such as us-west-2a")
+        problems.append(f"--efa-zone {req.efa_zone!r}: allowed: an AZ name such as us-west-2a")
     if not req.command:
-        raise SubmitError("no command: give it after --, e.g. trainctl submit ... ./proj -- python train.py")
+        problems.append("no command: give it after --, e.g. trainctl submit ... ./proj -- python train.py")
+    if problems:
+        raise SubmitError("\n".join(problems))
 
 
 def _resolve(arg: str, bundle: CodeBundle) -> str:
