@@ -25,7 +25,7 @@ import versions
 from manifests.tenants import QUEUE_LABEL
 from trainctl import objects
 from trainctl.code import CodeError, collect
-from trainctl.kube import Cluster, ClusterError, default_namespace, unreachable
+from trainctl.kube import ClusterError, KubeApi, default_namespace, unreachable
 
 RESTART_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 """The JobSet restart attempt a pod belongs to (kubernetes-sigs/jobset pkg/constants RestartsKey)."""
@@ -207,9 +207,9 @@ def status_report(tj: dict, pods: list[dict], job_events: list[dict], workload_e
 # --- commands --------------------------------------------------------------------------------
 
 
-def _cluster(args: argparse.Namespace) -> Cluster:
+def _cluster(args: argparse.Namespace) -> KubeApi:
     ns = args.namespace or default_namespace(args.kubeconfig, args.context)
-    return Cluster(namespace=ns, kubeconfig=args.kubeconfig, context=args.context)
+    return KubeApi(namespace=ns, kubeconfig=args.kubeconfig, context=args.context)
 
 
 def cmd_submit(args: argparse.Namespace, command: list[str]) -> int:
@@ -230,7 +230,7 @@ def cmd_submit(args: argparse.Namespace, command: list[str]) -> int:
         else:
             print(yaml.safe_dump_all([cm, tj], sort_keys=False), end="")
         return 0
-    cluster = Cluster(namespace=args.namespace, kubeconfig=args.kubeconfig, context=args.context)
+    cluster = KubeApi(namespace=args.namespace, kubeconfig=args.kubeconfig, context=args.context)
     for group, resource in (("trainer.kubeflow.org", "trainjobs"), ("", "configmaps")):
         allowed, reason = cluster.can("create", group, resource)
         if not allowed:

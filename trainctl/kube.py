@@ -98,7 +98,9 @@ def default_namespace(kubeconfig: str | None, context: str | None) -> str:
     return (chosen.get("context") or {}).get("namespace") or "default"
 
 
-class Cluster:
+class KubeApi:
+    """The Kubernetes API as trainctl uses it: one namespace, through a kubeconfig context."""
+
     def __init__(self, *, namespace: str, kubeconfig: str | None = None, context: str | None = None):
         self.namespace = namespace
         self.configuration = client.Configuration()
