@@ -133,20 +133,22 @@ def test_dry_run_prints_code_configmap_and_valid_trainjob(need_schemas, proj, ca
     cm, job = list(yaml.safe_load_all(out))
     assert cm["kind"] == "ConfigMap" and cm["metadata"]["namespace"] == NS and cm["immutable"] is True
     # the code is in it, hidden files, .git and __pycache__ are not; binary files as base64 binaryData
-    assert cm["data"] == {"train.py": (proj / "train.py").read_text(), "conf__base.yaml": "lr: 0.1\n"}
+    launcher = (tj.PROGRAMS_DIR / "launch.py").read_text()  # the platform's launcher rides along (one failure policy)
+    assert cm["data"] == {"train.py": (proj / "train.py").read_text(), "conf__base.yaml": "lr: 0.1\n", objects.LAUNCHER: launcher}
     assert base64.b64decode(cm["binaryData"]["weights.bin"]) == bytes(range(256))
-    assert cm["metadata"]["name"] == tj.code_configmap_name({"train.py": (proj / "train.py").read_text(), "conf__base.yaml": "lr: 0.1\n", "weights.bin": bytes(range(256))})
+    assert cm["metadata"]["name"] == tj.code_configmap_name({"train.py": (proj / "train.py").read_text(), "conf__base.yaml": "lr: 0.1\n", "weights.bin": bytes(range(256)), objects.LAUNCHER: launcher})
     assert job["kind"] == "TrainJob" and job["metadata"]["namespace"] == NS
     assert job["metadata"]["labels"] == {tj.JOB_LABEL: objects.TRAINCTL_KIND, "kueue.x-k8s.io/queue-name": "default"}
     trainer = job["spec"]["trainer"]
     assert trainer["numNodes"] == 3 and trainer["numProcPerNode"] == 1
-    assert trainer["command"] == ["torchrun", f"{tj.CODE_MOUNT}/train.py", "--epochs", "1", "--config", f"{tj.CODE_MOUNT}/conf/base.yaml"]
+    launch = f"{tj.CODE_MOUNT}/{objects.LAUNCHER}"
+    assert trainer["command"] == ["python3", launch, "torchrun", "--no-python", "python3", launch, "--worker", "python3", "-u", f"{tj.CODE_MOUNT}/train.py", "--epochs", "1", "--config", f"{tj.CODE_MOUNT}/conf/base.yaml"]
     assert trainer["resourcesPerNode"]["limits"]["nvidia.com/gpu"] == 1
     assert job["spec"]["runtimeRef"]["name"].startswith("torch-distributed-gpu-")
     pod = trainer_api.read_pod_customization(job["spec"])
     code_volume = next(v for v in pod["volumes"] if v["name"] == tj.CODE_VOLUME)
     assert code_volume["configMap"] == {"name": cm["metadata"]["name"], "items": [
-        {"key": "conf__base.yaml", "path": "conf/base.yaml"}, {"key": "train.py", "path": "train.py"}, {"key": "weights.bin", "path": "weights.bin"}]}
+        {"key": objects.LAUNCHER, "path": objects.LAUNCHER}, {"key": "conf__base.yaml", "path": "conf/base.yaml"}, {"key": "train.py", "path": "train.py"}, {"key": "weights.bin", "path": "weights.bin"}]}
     assert {"name": tj.CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": "checkpoints"}} in pod["volumes"]
     assert pod["nodeSelector"]["node.kubernetes.io/instance-type"] == "g5.xlarge"
     # what the API server would accept: the Trainer CRD's schema and CEL rules, the ConfigMap's schema
@@ -168,7 +170,8 @@ def test_tensorflow_runtime_keeps_the_wrapper_command(proj):
     bundle = code.collect(proj)
     _, job = objects.build(objects.Request(namespace=NS, nodes=2, runtime="tensorflow", command=["python", "train.py"]), bundle)
     trainer = job["spec"]["trainer"]
-    assert "command" not in trainer and trainer["args"] == ["python", f"{tj.CODE_MOUNT}/train.py"] and trainer["numProcPerNode"] == 1
+    launch = f"{tj.CODE_MOUNT}/{objects.LAUNCHER}"  # after the runtime's TF_CONFIG wrapper: the launcher, then the worker
+    assert "command" not in trainer and trainer["args"] == ["python3", launch, "python3", launch, "--worker", "python", f"{tj.CODE_MOUNT}/train.py"] and trainer["numProcPerNode"] == 1
     assert job["spec"]["runtimeRef"]["name"].startswith("tensorflow-distributed-")
 
 
@@ -263,7 +266,7 @@ def test_submit_cleans_up_configmap_when_trainjob_refused(api, proj, capsys):
     api.on("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", fixture("ssar-allowed.json"), 201)
     api.on("POST", f"/api/v1/namespaces/{NS}/configmaps", {}, 201)
     api.on("POST", f"{TRAINER}/namespaces/{NS}/trainjobs", _status(409, "AlreadyExists", 'trainjobs.trainer.kubeflow.org "x" already exists'), 409)
-    cm_name = tj.code_configmap_name(code.collect(proj).files)
+    cm_name = tj.code_configmap_name(objects.with_launcher(code.collect(proj)).files)
     api.on("DELETE", f"/api/v1/namespaces/{NS}/configmaps/{cm_name}", {}, 200)
     rc, _, err = run(capsys, "submit", "--namespace", NS, "--nodes", "1", "--name", "x", "--trainer-version", "v2.3.0", "--runtime-name", "torch-distributed-gpu-777f43c4", str(proj), "--", "python", "train.py")
     assert rc == 1 and "already exists" in err and err.count("\n") == 1
@@ -440,7 +443,9 @@ def test_dry_run_job_emulates_to_complete(tmp_path, capsys):
     job_file.write_text(out)
     job = emulate.load_trainjob_file(str(job_file), "dev", str(tmp_path / "work"))
     assert job.num_nodes == 2 and job.nproc_per_node == 1
-    assert job.command == ["torchrun", f"{job.mounts[tj.CODE_MOUNT]}/train.py", "--steps", "3"]  # nothing appended
+    code_dir = job.mounts[tj.CODE_MOUNT]
+    launch = f"{code_dir}/{objects.LAUNCHER}"
+    assert job.command[1:] == [launch, "torchrun", "--no-python", "python3", launch, "--worker", "python3", "-u", f"{code_dir}/train.py", "--steps", "3"]  # nothing appended
     assert (pathlib.Path(job.mounts[tj.CODE_MOUNT]) / "lib" / "note.txt").read_text().startswith("sub-directories")
     result = emulate.emulate(job, fail_node=None, fail_at_step=None, timeout_s=300, quiet=True)
     # gloo on 2 shared cores: a rank can still drop its peer's connection at teardown under load; the

@@ -43,7 +43,9 @@ import argparse
 import contextlib
 import json
 import os
+import pathlib
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -139,12 +141,15 @@ def jobset_rule(failure_policy: dict | None, replicated_job: str, reason: str, m
 # --- processes ---------------------------------------------------------------------------------
 
 
-def _pod_env(job: Job, extra: dict[str, str], tmp: str, fault_step: int | None) -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop(FAULT_ENV, None)
+# the programs' fault hooks (workloads/programs/trainlib.py): the node SIGKILLed, or told to stop (SIGTERM)
+FAULT_KINDS = {"kill": FAULT_ENV, "preempt": "TRAINING_PREEMPT_AT_STEP"}
+
+
+def _pod_env(job: Job, extra: dict[str, str], tmp: str, fault: tuple[str, int] | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in FAULT_KINDS.values()}
     env.update(extra)
-    if fault_step is not None:
-        env[FAULT_ENV] = str(fault_step)
+    if fault is not None:
+        env[FAULT_KINDS[fault[0]]] = str(fault[1])
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")  # torchrun of this environment
     os.makedirs(tmp, exist_ok=True)
     env.update(TMPDIR=tmp, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
@@ -168,8 +173,8 @@ def _free_ports(n: int) -> int:
     raise EmulationError(f"no {n} consecutive free ports")
 
 
-def _node_env(job: Job, node: int, port: int, fault_step: int | None, tmp: str, tf_port: int) -> dict[str, str]:
-    env = _pod_env(job, job.env, tmp, fault_step)
+def _node_env(job: Job, node: int, port: int, fault: tuple[str, int] | None, tmp: str, tf_port: int) -> dict[str, str]:
+    env = _pod_env(job, job.env, tmp, fault)
     env.update(
         PET_NNODES=str(job.num_nodes), PET_NPROC_PER_NODE=str(job.nproc_per_node), PET_NODE_RANK=str(node),
         PET_MASTER_ADDR="127.0.0.1", PET_MASTER_PORT=str(port),
@@ -182,8 +187,37 @@ def _container_exit_code(returncode: int) -> int:
     return returncode if returncode >= 0 else 128 - returncode  # killed by signal N: 128 + N
 
 
-def _run_pods(commands: list[tuple[list[str], dict[str, str]]], pod_names: list[str], label: str, timeout_s: float, quiet: bool) -> Attempt:
-    """Start every pod, stop them all on the first failure (a distributed job needs every one)."""
+TAIL_LINES = 8  # a failed pod's last lines, in the summary
+KEPT_LINES = 400  # of each pod's output, to find them in
+
+
+def program_tail(lines: list[str], n: int = TAIL_LINES) -> list[str]:
+    """The last lines the program printed: torchrun's own report of a failed worker (its traceback
+    of ChildFailedError and the summary table that follows) is cut off."""
+    cut = len(lines)
+    for i, line in enumerate(lines):
+        if line.startswith("Traceback (most recent call last):") and any("torchrun" in x or "torch/distributed/run.py" in x for x in lines[i + 1 : i + 4]):
+            cut = i
+            break
+    return lines[:cut][-n:]
+_OUT = threading.Lock()  # one whole line at a time on our stdout
+
+
+def say(line: str) -> None:
+    """One line, written whole (print's text and newline are two writes another thread can split)."""
+    with _OUT:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+def _launcher_noise(line: str) -> bool:
+    """torch's own log lines (glog/c10 W/I lines, torchrun's warnings): hidden; the programs' are not."""
+    return line.startswith(("W1", "I1", "E1", "[W", "[I")) or line.startswith(("WARNING:torch.distributed", "INFO:torch.distributed"))
+
+
+def _run_pods(commands: list[tuple[list[str], dict[str, str]]], pod_names: list[str], label: str, timeout_s: float, quiet: bool, ranks: list[str] | None = None) -> Attempt:
+    """Start every pod, stop them all on the first failure (a distributed job needs every one).
+    Output is relayed a whole line at a time with the pod's node (and rank) in front."""
     result = Attempt()
     lock = threading.Lock()
     procs: list[subprocess.Popen] = []
@@ -202,8 +236,14 @@ def _run_pods(commands: list[tuple[list[str], dict[str, str]]], pod_names: list[
                 ev = json.loads(m.group(1))
                 with lock:
                     result.events.append(ev)
-            if not quiet and not line.startswith(("W1", "I1", "[W")):
-                print(f"[{label} {n}] {line}", flush=True)
+            if _launcher_noise(line):
+                continue
+            with lock:
+                tail = result.tails.setdefault(n, [])
+                tail.append(line)
+                del tail[:-KEPT_LINES]
+            if not quiet:
+                say(f"[{label} {n}{' ' + ranks[n] if ranks else ''}] {line}")
 
     readers: list[threading.Thread] = []
     try:
@@ -253,14 +293,76 @@ def run_attempt(job: Job, attempt_no: int, fail: dict | None, timeout_s: float, 
     inject = fail if fail is not None and not fail.get("done") else None  # the failure this attempt injects
     if inject is not None:
         inject["done"] = True  # once: later attempts run clean
-        print(f"emulate: node {inject['node']} will be SIGKILLed at step {inject['step']}", flush=True)
+        what = "SIGKILLed" if inject["kind"] == "kill" else "sent SIGTERM (preempted)"
+        print(f"emulate: node {inject['node']} will be {what} at step {inject['step']}", flush=True)
 
-    def fault_step(n: int) -> int | None:
-        return inject["step"] if inject is not None and n == inject["node"] else None
+    def fault_step(n: int) -> tuple[str, int] | None:
+        return (inject["kind"], inject["step"]) if inject is not None and n == inject["node"] else None
 
     names = [f"{job.name}-{trainer_api.TRAINER_JOB}-0-{n}" for n in range(job.num_nodes)]
-    cmds = [(job.command, _node_env(job, n, port, fault_step(n), os.path.join(tmp, f"node-{n}"), tf_port)) for n in range(job.num_nodes)]
-    return _run_pods(cmds, names, f"attempt {attempt_no} node", timeout_s, quiet)
+    command = in_mount_namespace(job.command, job.mounts) or job.command
+    cmds = [(command, _node_env(job, n, port, fault_step(n), os.path.join(tmp, f"node-{n}"), tf_port)) for n in range(job.num_nodes)]
+    return _run_pods(cmds, names, f"attempt {attempt_no} node", timeout_s, quiet, ranks=[_ranks(job, n) for n in range(job.num_nodes)])
+
+
+def _unshare_prefix() -> list[str] | None:
+    """How to start a process in a mount namespace of its own here (unshare(1): as root, or in a
+    user namespace mapped to root), or None when this machine allows neither."""
+    if shutil.which("unshare") is None:
+        return None
+    for prefix in (["unshare", "--mount", "--propagation", "private"], ["unshare", "--user", "--map-root-user", "--mount", "--propagation", "private"]):
+        try:
+            ok = subprocess.run([*prefix, "true"], capture_output=True, timeout=10).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            ok = False
+        if ok:
+            return prefix
+    return None
+
+
+def _mount_steps(mounts: dict[str, str]) -> list[str] | None:
+    """Shell steps that put each local volume at its container path inside the namespace. A path
+    whose parent does not exist gets a tmpfs over its deepest existing ancestor that mirrors the
+    ancestor's entries (bind mounts, so nothing of the host's is hidden or changed). None when a
+    path would need the root itself mirrored."""
+    steps = []
+    for target, local in sorted(mounts.items(), key=lambda kv: kv[0].count("/")):
+        path = pathlib.Path(target)
+        ancestor = path
+        while not ancestor.exists():
+            ancestor = ancestor.parent
+        if ancestor != path:
+            if ancestor == pathlib.Path("/"):
+                return None
+            q = shlex.quote
+            steps.append("T=$(mktemp -d); mount -t tmpfs -o mode=0755 platform-emulator $T")
+            for entry in sorted(ancestor.iterdir()):
+                name = q(entry.name)
+                if entry.is_symlink():
+                    steps.append(f"ln -s {q(os.readlink(entry))} $T/{name}")
+                elif entry.is_dir():
+                    steps.append(f"mkdir $T/{name}; mount --rbind {q(str(entry))} $T/{name}")
+                else:
+                    steps.append(f"touch $T/{name}; mount --bind {q(str(entry))} $T/{name}")
+            steps.append(f"mkdir -p $T/{q(str(path.relative_to(ancestor)))}; mount --move $T {q(str(ancestor))}; rmdir $T")
+        steps.append(f"mount --bind {shlex.quote(local)} {shlex.quote(target)}")
+    return steps
+
+
+def in_mount_namespace(command: list[str], mounts: dict[str, str]) -> list[str] | None:
+    """``command`` run in a mount namespace of its own with the job's volumes at their container
+    paths (code that writes /mnt/checkpoints writes the job's local volume, not the host's), or
+    None where the machine cannot (then only the paths in the command and env are mapped)."""
+    prefix, steps = _unshare_prefix(), _mount_steps(mounts)
+    if prefix is None or steps is None:
+        return None
+    return [*prefix, "sh", "-c", "set -e; " + "; ".join(steps) + '; exec "$@"', "sh", *command]
+
+
+def _ranks(job: Job, node: int) -> str:
+    """The global ranks a node's workers have (node-major, as torchrun numbers them)."""
+    first = node * job.nproc_per_node
+    return f"rank {first}" if job.nproc_per_node == 1 else f"ranks {first}-{first + job.nproc_per_node - 1}"
 
 
 @contextlib.contextmanager
@@ -286,12 +388,18 @@ def check_fail_step(step: int, last_step: int | None) -> None:
         raise EmulationError(f"--fail-at-step {step} is beyond the last step of the run ({last_step}, the tiny profile's --max-steps)")
 
 
-def emulate(job: Job, *, fail_node: int | None, fail_at_step: int | None, timeout_s: float = 900, quiet: bool = False) -> dict:
+def emulate(
+    job: Job, *, fail_node: int | None, fail_at_step: int | None, timeout_s: float = 900, quiet: bool = False, preempt_node: int | None = None, preempt_at_step: int | None = None,
+) -> dict:
     check_fault(job, fail_node, fail_at_step)
-    fail = {"node": fail_node, "step": fail_at_step} if fail_node is not None and fail_at_step is not None else None
+    check_fault(job, preempt_node, preempt_at_step)
+    fail = {"node": fail_node, "step": fail_at_step, "kind": "kill"} if fail_node is not None and fail_at_step is not None else None
+    if preempt_node is not None and preempt_at_step is not None:
+        fail = {"node": preempt_node, "step": preempt_at_step, "kind": "preempt"}
     restarts = counted = 0
     reason = message = None
     failed_job = ""
+    failure: dict | None = None
     with _temp_root(f"emulate-{job.name}-") as tmp_root:
         while True:
             attempt = run_attempt(job, restarts, fail, timeout_s, quiet, tmp_root)
@@ -304,6 +412,15 @@ def emulate(job: Job, *, fail_node: int | None, fail_at_step: int | None, timeou
             failed_job = f"{job.name}-{attempt.failed_job}-0"
             codes = {p.pod: p.exit_code for p in attempt.failed}
             print(f"emulate: Job {failed_job} failed ({job_reason}: {job_message}); exit codes {codes}", flush=True)
+            first = attempt.failed[0] if attempt.failed else None
+            if first is not None:
+                n = int(first.pod.rsplit("-", 1)[1])
+                where = f"node {n} ({_ranks(job, n)})" if not init else f"{init.name} pod {n}"
+                last = program_tail(attempt.tails.get(n, []))
+                failure = {"pod": first.pod, "where": where, "exit_code": first.exit_code, "last_lines": list(last)}
+                say(f"emulate: {where} exited with code {first.exit_code}" + ("; its last lines:" if last else "; it printed nothing"))
+                for line in last:
+                    say(f"emulate:   | {line}")
             if job.failure_policy is None:
                 status, (reason, message) = "Failed", FAILED_JOBS
                 break
@@ -330,6 +447,7 @@ def emulate(job: Job, *, fail_node: int | None, fail_at_step: int | None, timeou
         "job": job.name, "status": status, "nodes": job.num_nodes, "world_size": job.world_size, "restarts": restarts,
         "resumed_from_step": final.get("resumed_from_step"), "final_step": final.get("final_step"), "final_loss": final.get("final_loss"),
         "busbw_gbps": final.get("busbw_gbps"), "reason": reason, "message": message, "result": final,
+        "failure": failure if status == "Failed" else None,
     }
 
 
@@ -341,7 +459,11 @@ def summary_line(r: dict) -> str:
     )
     if r.get("busbw_gbps") is not None:  # the all-reduce check's figure
         line += f" busbw_gbps={r['busbw_gbps']}"
-    return line + (f" reason={r['reason']}" if r.get("reason") else "")
+    line += f" reason={r['reason']}" if r.get("reason") else ""
+    if r.get("failure"):  # which node and rank, and its exit code
+        f = r["failure"]
+        line += f" failed_pod={f['pod']} exit_code={f['exit_code']}"
+    return line
 
 
 def main(argv=None) -> int:
@@ -350,6 +472,8 @@ def main(argv=None) -> int:
     ap.add_argument("--job", choices=sorted(TINY_PROFILE), default="ddp")
     ap.add_argument("--fail-node", type=int)
     ap.add_argument("--fail-at-step", type=int)
+    ap.add_argument("--preempt-node", type=int, help="with --preempt-at-step: this node gets SIGTERM after that step (a spot interruption, Kueue preemption or drain); the job saves that step and resumes from it")
+    ap.add_argument("--preempt-at-step", type=int)
     ap.add_argument("--work-dir", help="local volumes, kept (default: a temporary directory, removed at the end)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per attempt")
     ap.add_argument("--quiet", action="store_true", help="only events and the summary")
@@ -359,9 +483,14 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if (args.fail_node is None) != (args.fail_at_step is None):
         ap.error("--fail-node and --fail-at-step go together")
+    if (args.preempt_node is None) != (args.preempt_at_step is None):
+        ap.error("--preempt-node and --preempt-at-step go together")
+    if args.fail_node is not None and args.preempt_node is not None:
+        ap.error("one fault a run: --fail-node or --preempt-node")
     try:
-        if args.fail_at_step is not None:  # before rendering or starting anything
-            check_fail_step(args.fail_at_step, None if args.trainjob else max_steps(TINY_PROFILE[args.job]))
+        for at_step in (args.fail_at_step, args.preempt_at_step):  # before rendering or starting anything
+            if at_step is not None:
+                check_fail_step(at_step, None if args.trainjob else max_steps(TINY_PROFILE[args.job]))
         with contextlib.ExitStack() as stack:
             work = args.work_dir or stack.enter_context(_temp_root(f"emulate-{args.stack}-{'trainjob' if args.trainjob else args.job}-"))
             if args.trainjob:
@@ -374,7 +503,7 @@ def main(argv=None) -> int:
                 f"emulate: {job.name}: {job.num_nodes} nodes x {job.nproc_per_node} processes, maxRestarts={job.max_restarts}, volumes: "
                 + ", ".join(f"{k} -> {v}" for k, v in job.mounts.items()), flush=True,
             )
-            r = emulate(job, fail_node=args.fail_node, fail_at_step=args.fail_at_step, timeout_s=args.timeout, quiet=args.quiet)
+            r = emulate(job, fail_node=args.fail_node, fail_at_step=args.fail_at_step, timeout_s=args.timeout, quiet=args.quiet, preempt_node=args.preempt_node, preempt_at_step=args.preempt_at_step)
     except EmulationError as err:
         print(f"emulate: {err}", file=sys.stderr)
         return 2

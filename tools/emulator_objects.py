@@ -84,6 +84,7 @@ class Attempt:
     failed: list[PodExit] = field(default_factory=list)  # pods that failed on their own (not stopped by us)
     failed_job: str = trainer_api.TRAINER_JOB  # the replicated job whose Job failed
     timed_out: bool = False
+    tails: dict[int, list[str]] = field(default_factory=dict)  # each pod's last lines of output
 
 
 def _free_port() -> int:

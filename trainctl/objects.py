@@ -149,12 +149,28 @@ def entry(req: Request, bundle: CodeBundle) -> dict[str, Any]:
     if script is not None and not script.startswith("/") and (script[2:] if script.startswith("./") else script) not in bundle.paths:
         raise SubmitError(f"the command runs {script!r}, which is not in the code dir {str(bundle.root)!r} (its files: {', '.join(sorted(bundle.paths)[:5])}{', ...' if len(bundle.paths) > 5 else ''})")
     command = [_resolve(a, bundle) for a in req.command]
+    # one failure policy for all code: the platform's launcher runs the user's workers, so an exit
+    # code 2 or 3 fails the job at once (the runtime's podFailurePolicy) instead of being retried
+    launcher = f"{tj.CODE_MOUNT}/{LAUNCHER}"
     if req.runtime == "tensorflow":
-        return {"args": command, "numProcPerNode": 1}
-    if command[0] in ("python", "python3") and len(command) > 1 and (command[1] == "-m" or command[1].endswith(".py")):
-        command = ["torchrun", *command[1:]]
+        return {"args": ["python3", launcher, "python3", launcher, "--worker", *command], "numProcPerNode": 1}
     gpus = req.gpus_per_node if req.gpus_per_node is not None else catalog.lookup(req.instance_type).gpus
-    return {"command": command, "numProcPerNode": gpus}
+    if command[0] in ("python", "python3") and len(command) > 1 and (command[1] == "-m" or command[1].endswith(".py")):
+        # torchrun as the Trainer's torch plugin expects it (PET_* from the env), each worker through the launcher
+        command = ["torchrun", "--no-python", "python3", launcher, "--worker", "python3", "-u", *command[1:]]
+        return {"command": ["python3", launcher, *command], "numProcPerNode": gpus}
+    return {"command": ["python3", launcher, "python3", launcher, "--worker", *command], "numProcPerNode": gpus}
+
+
+LAUNCHER = "_platform_launch.py"  # workloads/programs/launch.py, shipped beside the user's code
+
+
+def with_launcher(bundle: CodeBundle) -> CodeBundle:
+    """The bundle plus the platform's launcher (refused if the user's directory has that name)."""
+    if LAUNCHER in bundle.paths or LAUNCHER in bundle.files:
+        raise SubmitError(f"the code dir has a file named {LAUNCHER!r}, the name of the platform's launcher; rename it")
+    source = (tj.PROGRAMS_DIR / "launch.py").read_text()
+    return replace(bundle, files={**bundle.files, LAUNCHER: source}, paths={**bundle.paths, LAUNCHER: LAUNCHER})
 
 
 def default_name(req: Request, bundle: CodeBundle) -> str:
@@ -177,6 +193,7 @@ def settings_for(req: Request) -> Settings:
 def build(req: Request, bundle: CodeBundle) -> tuple[dict, dict]:
     """(ConfigMap, TrainJob) for a checked request."""
     check(req)
+    bundle = with_launcher(bundle)
     settings = settings_for(req)
     workload = tj.Workload(
         key=TRAINCTL_KIND, kind=TRAINCTL_KIND, name=req.name or default_name(req, bundle), program="", runtime=RUNTIMES[req.runtime], settings=JobBase, tiny_profile=(),

@@ -191,6 +191,10 @@ def main(argv=None) -> int:
                 t0 = time.perf_counter()
             if step % args.checkpoint_every == 0:
                 save(step)
+            if trainlib.preempted(d, step):
+                save(step)
+                writer.close()
+                trainlib.exit_preempted(d, step)
             if step >= total_steps:
                 break
         if step % steps_per_epoch == 0 or step >= total_steps:

@@ -460,6 +460,12 @@ def main(argv=None) -> int:
                 computed_window = 0.0
             if step % args.checkpoint_every == 0 or step % steps_per_epoch == 0:
                 save(step)
+            if trainlib.preempted(d, step):  # SIGTERM: this step saved, then out, retryably
+                save(step)
+                writer.close()
+                if stager is not None:
+                    stager.close()
+                trainlib.exit_preempted(d, step)
             loop_times.append(time.perf_counter() - t0)
             if step >= total_steps:
                 break

@@ -66,7 +66,47 @@ def setup() -> Dist:
         backend = "gloo"
     if world > 1 or "MASTER_ADDR" in os.environ:
         dist.init_process_group(backend=backend, device_id=device if backend == "nccl" else None)
+    signal.signal(signal.SIGTERM, _on_sigterm)  # preemption: save at the current step (see preempted)
     return Dist(rank=rank, world_size=world, local_rank=local_rank, device=device)
+
+
+# --- preemption --------------------------------------------------------------------------------
+# A spot interruption, Kueue's preemption or a node drain deletes the pod: the kubelet sends
+# SIGTERM (launch.py and torchrun pass it on to the workers), then SIGKILL after the pod's
+# terminationGracePeriodSeconds. The workers note the signal, agree on it at the next step (one
+# rank's signal is every rank's: a checkpoint is a collective), save that step and exit with
+# PREEMPTED_EXIT, which the runtime's failure policy retries: the job resumes from that step.
+PREEMPTED_EXIT = 143  # 128 + SIGTERM, as a process ended by it
+PREEMPT_ENV = "TRAINING_PREEMPT_AT_STEP"
+_sigterm = {"at": None}
+
+
+def _on_sigterm(signum, _frame) -> None:
+    if _sigterm["at"] is None:
+        _sigterm["at"] = time.time()
+        print("preemption: SIGTERM received; saving at the end of this step", file=sys.stderr, flush=True)
+
+
+def preempted(d: Dist, step: int) -> bool:
+    """After each step: whether any rank was told to stop (SIGTERM). With TRAINING_PREEMPT_AT_STEP=K
+    in a node's environment (the emulator's --preempt-at-step), that node's launcher and workers
+    get SIGTERM after step K, as from the kubelet."""
+    target = os.environ.get(PREEMPT_ENV)
+    if target and int(target) == step and _sigterm["at"] is None:
+        for group in {os.getpgid(os.getppid()), os.getpgid(0)}:
+            os.killpg(group, signal.SIGTERM)
+    told = 1.0 if _sigterm["at"] is not None else 0.0
+    return all_reduce_max(told, d.device) > 0 if d.world_size > 1 else told > 0
+
+
+def exit_preempted(d: Dist, step: int) -> NoReturn:
+    """Leave after the preemption save: retryably, so the restarted job resumes from ``step``."""
+    event(d, "preempted", step=step)
+    _record_exit(PREEMPTED_EXIT)  # launch.py exits with it: the pod says it was stopped, not that it crashed
+    teardown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(PREEMPTED_EXIT)
 
 
 def teardown() -> None:
