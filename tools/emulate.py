@@ -479,8 +479,11 @@ def main(argv=None) -> int:
     ap.add_argument("--quiet", action="store_true", help="only events and the summary")
     ap.add_argument("--python", help=f"interpreter for the image's python3 (default: this one; --job tf: {TF_VENV}/bin/python)")
     ap.add_argument("--trainjob", metavar="FILE", help="run the TrainJob of this file (trainctl submit --dry-run output) on the stack's runtime, instead of --job")
+    ap.add_argument("--result-file", help="also write the summary as JSON here (trainctl's local mode reads it)")
     ap.add_argument("--hub-dir", help="local hub (datasets/<owner>/<name>, models/<owner>/<name>) the emulated initializers read; default: tiny fixtures in the work directory")
     args = ap.parse_args(argv)
+    # stopped (trainctl delete --local, a terminal's kill): unwind, so every node is stopped too
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if (args.fail_node is None) != (args.fail_at_step is None):
         ap.error("--fail-node and --fail-at-step go together")
     if (args.preempt_node is None) != (args.preempt_at_step is None):
@@ -508,6 +511,8 @@ def main(argv=None) -> int:
         print(f"emulate: {err}", file=sys.stderr)
         return 2
     print(summary_line(r), flush=True)
+    if args.result_file:
+        pathlib.Path(args.result_file).write_text(json.dumps({k: v for k, v in r.items() if k != "result"} | {"result": r["result"]}, default=str))
     return 0 if r["status"] == "Complete" else 1
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
     trainctl submit [--dry-run] --namespace NS --nodes N [--gpus-per-node G] [--instance-type T]
                     [--image IMG] [--name NAME] [--runtime torch|tensorflow] CODE_DIR -- COMMAND...
-    trainctl list | status NAME | logs NAME [--node K] [--follow] | delete NAME | runtimes
+    trainctl submit --local [--nodes N] [--name NAME] CODE_DIR -- COMMAND...   (on this machine)
+    trainctl list | status NAME | logs NAME [--node K] [--follow] | delete NAME | runtimes  (each with --local)
 
 The kubeconfig comes from ``--kubeconfig``, else ``$KUBECONFIG``, else ``~/.kube/config``; the
 namespace from ``--namespace``, else the kubeconfig context's. Tables for people; ``--output
@@ -23,7 +24,7 @@ from urllib3.exceptions import HTTPError
 
 import versions
 from manifests.tenants import QUEUE_LABEL
-from trainctl import objects
+from trainctl import local, objects
 from trainctl.code import CodeError, collect
 from trainctl.kube import ClusterError, KubeApi, default_namespace, unreachable
 
@@ -73,17 +74,23 @@ def parser() -> Parser:
     s.add_argument("--runtime-name", help="the runtime's object name (default: found by label in the cluster; with --dry-run, computed from the platform's defaults)")
     s.add_argument("--trainer-version", help=f"Trainer release whose TrainJob shape to write (default: what the cluster serves; with --dry-run {versions.DEFAULT_TRAINER_VERSION})")
     s.add_argument("--efa-zone", help="run in the cluster's EFA pool in this zone (the instance type must be one of the pool's): EFA devices and their environment")
+    s.add_argument("--local", action="store_true", help=f"run it on this machine through the emulator, in the background (state in ${local.HOME_ENV}, default {local.home()})")
     s.add_argument("code_dir", metavar="CODE_DIR")
     for name, text in (("list", "TrainJobs in the namespace"), ("runtimes", "the training runtimes the cluster offers")):
-        _common(sub.add_parser(name, help=text))
+        p = sub.add_parser(name, help=text)
+        _common(p)
+        if name == "list":
+            p.add_argument("--local", action="store_true", help="the jobs run on this machine")
     for name, text in (("status", "phase, queueing, restarts, times, last failure of a TrainJob"), ("delete", "delete a TrainJob and its code ConfigMap (unless another job uses it)")):
         p = sub.add_parser(name, help=text)
         _common(p)
+        p.add_argument("--local", action="store_true", help="a job run on this machine")
         p.add_argument("name", metavar="NAME")
     p = sub.add_parser("logs", help="logs of one node of a TrainJob")
     _common(p)
+    p.add_argument("--local", action="store_true", help="a job run on this machine (default: every node)")
     p.add_argument("name", metavar="NAME")
-    p.add_argument("--node", type=int, default=0, help="node index (default 0)")
+    p.add_argument("--node", type=int, help="node index (default 0; --local: every node)")
     p.add_argument("-f", "--follow", action="store_true", help="stream until the pod ends")
     return ap
 
@@ -213,6 +220,8 @@ def _cluster(args: argparse.Namespace) -> KubeApi:
 
 
 def cmd_submit(args: argparse.Namespace, command: list[str]) -> int:
+    if args.local:
+        return cmd_submit_local(args, command)
     if not args.namespace:
         if args.dry_run:
             raise UsageError("--namespace is required with --dry-run (no kubeconfig is read)")
@@ -254,6 +263,63 @@ def cmd_submit(args: argparse.Namespace, command: list[str]) -> int:
         print(f"trainjob/{result['trainjob']} created in {args.namespace}: {req.nodes} nodes on {runtime_name}, code in configmap/{result['configmap']}{reused}")
     else:
         emit(result, args.output)
+    return 0
+
+
+# --- local mode ------------------------------------------------------------------------------
+
+
+def cmd_submit_local(args: argparse.Namespace, command: list[str]) -> int:
+    """The objects the cluster path creates, run on this machine by the emulator in the background."""
+    req = objects.Request(
+        namespace=args.namespace or "local", nodes=args.nodes, command=command, runtime=args.runtime, gpus_per_node=args.gpus_per_node if args.gpus_per_node is not None else 1,
+        instance_type=args.instance_type or objects.DEFAULT_INSTANCE_TYPE, image=args.image, name=args.name, trainer_version=args.trainer_version or versions.DEFAULT_TRAINER_VERSION,
+    )
+    objects.check(req)
+    cm, tj = objects.build(req, collect(args.code_dir))
+    state = local.submit(cm, tj)
+    name = state["name"]
+    if args.output == "table":
+        print(f"{name}: {req.nodes} nodes on this machine (emulator pid {state['pid']}); follow it: trainctl logs --local {name} -f")
+    else:
+        emit({"name": name, "pid": state["pid"], "dir": str(local.job_dir(name))}, args.output)
+    return 0
+
+
+def _local_rows(reports: list[dict]) -> list[list[Any]]:
+    def progress(r: dict) -> str:
+        p = r.get("progress") or {}
+        if "step" not in p:
+            return "-"
+        eta = f" eta {int(p['eta_s'])}s" if p.get("eta_s") is not None else ""
+        return f"{p['step']}/{p['total_steps']}{eta}" if p.get("total_steps") else f"{p['step']}{eta}"
+
+    return [[r["name"], r["phase"], r.get("nodes"), r.get("restarts", 0), progress(r), r.get("submitted")] for r in reports]
+
+
+def cmd_local(args: argparse.Namespace) -> int:
+    if args.cmd == "list":
+        reports = local.jobs()
+        emit(reports, args.output, _table(None, ["NAME", "PHASE", "NODES", "RESTARTS", "PROGRESS", "SUBMITTED"], _local_rows(reports)))
+    elif args.cmd == "status":
+        r = local.report(args.name)
+        if args.output == "table":
+            for key in ("name", "phase", "nodes", "restarts", "progress", "reason", "message", "submitted"):
+                if r.get(key) is not None:
+                    print(f"{key + ':':<10} {r[key]}")
+            failure = r.get("failure")
+            if failure:
+                print(f"{'failed:':<10} {failure['where']} exited with code {failure['exit_code']}")
+                for line in failure.get("last_lines", []):
+                    print(f"           | {line}")
+        else:
+            emit(r, args.output)
+    elif args.cmd == "logs":
+        for line in local.logs(args.name, node=args.node, follow=args.follow):
+            print(line, flush=True)
+    elif args.cmd == "delete":
+        stopped = local.delete(args.name)
+        print(f"{args.name}: {'stopped and ' if stopped else ''}deleted (local)")
     return 0
 
 
@@ -359,12 +425,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_submit(args, command)
         if command:
             raise UsageError(f"{args.cmd} takes no command after --")
+        if getattr(args, "local", False):
+            return cmd_local(args)
+        if args.cmd == "logs" and args.node is None:
+            args.node = 0
         return COMMANDS[args.cmd](args)
     except (UsageError, objects.SubmitError, CodeError) as err:
         for line in str(err).splitlines():  # one line per problem, all of them
             print(f"trainctl: error: {line}", file=sys.stderr)
         return 2
-    except ClusterError as err:
+    except (ClusterError, local.LocalError) as err:
         print(f"trainctl: error: {err}", file=sys.stderr)
         return 1
     except (OSError, HTTPError) as err:  # a connection that failed outside a wrapped call (the SDK's own retries)

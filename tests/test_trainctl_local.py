@@ -1,0 +1,125 @@
+"""trainctl's local mode and the emulator's fidelity: user code run on this machine from the
+objects the cluster path creates, with the platform's failure policy, its volumes at their real
+paths, preemption that loses nothing, and one line for an unreachable cluster."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from trainctl import cli, local
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    rc = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def wait_done(name: str, timeout: float = 240) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r = local.report(name)
+        if r["phase"] != "Running":
+            return r
+        time.sleep(0.5)
+    raise AssertionError(f"local job {name} still running after {timeout} s")
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch) -> pathlib.Path:
+    monkeypatch.setenv(local.HOME_ENV, str(tmp_path / "state"))
+    return tmp_path / "state"
+
+
+EXIT_3 = """import os, sys
+print("rank", os.environ["RANK"], "starting", flush=True)
+if os.environ["RANK"] == "1":
+    print("bad config: column 'text' not found", file=sys.stderr, flush=True)
+    sys.exit(3)
+import time; time.sleep(3)
+"""
+
+WRITES_CHECKPOINTS = """import os, pathlib
+d = pathlib.Path("/mnt/checkpoints") / os.environ["TRAINING_JOB_NAME"]
+d.mkdir(parents=True, exist_ok=True)
+(d / f"rank-{os.environ['RANK']}").write_text("saved")
+print("saved to", d, flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_non_retryable_exit_fails_at_once_and_its_logs_are_readable(home, tmp_path, capsys):
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "train.py").write_text(EXIT_3)
+    rc, out, err = run(capsys, "submit", "--local", "--nodes", "2", "--name", "exits-three", str(proj), "--", "python", "train.py")
+    assert rc == 0, err
+    r = wait_done("exits-three")
+    assert r["phase"] == "Failed" and r["restarts"] == 0 and r["reason"] == "FailJobSetFailurePolicyAction"
+    assert r["failure"]["exit_code"] == 3 and r["failure"]["where"] == "node 1 (rank 1)"
+    assert "bad config: column 'text' not found" in r["failure"]["last_lines"]
+    rc, out, err = run(capsys, "status", "--local", "exits-three")
+    assert rc == 0 and "exited with code 3" in out and "bad config" in out
+    rc, out, _ = run(capsys, "logs", "--local", "exits-three", "--node", "1")
+    assert rc == 0 and "bad config: column 'text' not found" in out
+    assert all(line.startswith("[attempt 0 node 1 rank 1] ") for line in out.splitlines())
+    rc, out, _ = run(capsys, "list", "--local", "-o", "json")
+    assert rc == 0 and '"exits-three"' in out
+    rc, out, _ = run(capsys, "delete", "--local", "exits-three")
+    assert rc == 0 and not local.job_dir("exits-three").exists()
+
+
+@pytest.mark.slow
+def test_code_writing_mnt_checkpoints_writes_the_jobs_volume(home, tmp_path, capsys):
+    host = pathlib.Path("/mnt/checkpoints")
+    before = sorted(host.rglob("*")) if host.exists() else None
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "train.py").write_text(WRITES_CHECKPOINTS)
+    rc, _, err = run(capsys, "submit", "--local", "--nodes", "2", "--name", "writer", str(proj), "--", "python", "train.py")
+    assert rc == 0, err
+    r = wait_done("writer")
+    if r["phase"] != "Complete":
+        pytest.fail("".join(local.logs("writer", node=None, follow=False)))
+    volume = local.job_dir("writer") / "work" / "volumes" / "checkpoints" / "writer"
+    assert sorted(p.name for p in volume.iterdir()) == ["rank-0", "rank-1"]
+    assert (sorted(host.rglob("*")) if host.exists() else None) == before  # the host's path untouched
+
+
+def test_delete_of_an_unknown_local_job_is_one_line(home, capsys):
+    rc, out, err = run(capsys, "delete", "--local", "nope")
+    assert rc == 1 and err.count("\n") == 1 and "no local job nope" in err
+
+
+def test_list_against_an_unreachable_cluster_is_at_most_three_lines(tmp_path):
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:9'}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u, namespace: vision}}]\nusers: [{name: u, user: {token: x}}]\n"
+    )
+    done = subprocess.run([sys.executable, "-m", "trainctl.cli", "list", "--kubeconfig", str(kubeconfig)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    assert done.returncode == 1 and 1 <= len(lines) <= 3 and "Traceback" not in done.stderr, lines
+
+
+@pytest.mark.slow
+def test_a_preempted_node_saves_its_step_and_the_run_resumes_from_it():
+    """SIGTERM to node 1 after step 7 (as the kubelet on a spot interruption or Kueue preemption):
+    every rank saves step 7, the pods exit retryably (143), the JobSet restarts, and the run
+    resumes at step 7, not at the last periodic checkpoint (6)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tools.emulate", "--stack", "dev", "--job", "ddp", "--preempt-node", "1", "--preempt-at-step", "7", "--quiet"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    summary = done.stdout.strip().splitlines()[-1]
+    assert done.returncode == 0 and "status=Complete" in summary and "resumed_from_step=7" in summary, done.stdout[-3000:]
+    assert re.search(r"exit codes \{'ddp-mnist-node-0-\d': 143\}", done.stdout), done.stdout[-3000:]  # retryable: it was stopped
