@@ -17,6 +17,7 @@ newest ``step-*`` directory with a ``meta.json`` is restored.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import re
@@ -329,16 +330,37 @@ def latest_checkpoint(root: str) -> tuple[str, dict] | None:
         return path, json.load(fh)
 
 
+def _set_aside(d: Dist, path: str) -> None:
+    """A checkpoint no rank can load is renamed ``corrupt-step-N`` (kept for a look, never loaded
+    again, never counted as the newest when pruning)."""
+    if d.is_main and os.path.isdir(path):
+        os.replace(path, os.path.join(os.path.dirname(path), "corrupt-" + os.path.basename(path)))
+    barrier()
+
+
 def resume(d: Dist, root: str, load_state) -> tuple[int, int | None, float]:
-    """Restore the newest complete checkpoint with ``load_state(path)``, if there is one.
-    Returns (step to continue from, step resumed from or None, last logged loss)."""
-    found = latest_checkpoint(root)
-    if not found:
+    """Restore the newest checkpoint that loads with ``load_state(path)``, if there is one: a
+    checkpoint that fails to load on any rank (a torn write, a bad disk) is set aside, saying so,
+    and the next older one is tried. Returns (step to continue from, step resumed from or None,
+    last logged loss)."""
+    t0 = time.perf_counter()
+    for path in [p for _, p in reversed(list_checkpoints(root))]:
+        try:
+            with open(os.path.join(path, "meta.json")) as fh:
+                meta = json.load(fh)
+            load_state(path)
+            failed = 0.0
+        except Exception as err:  # noqa: BLE001 - whatever the loader raises, this checkpoint is unusable
+            failed = 1.0
+            print(f"checkpoint {path} does not load on rank {d.rank} ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); trying an older one", file=sys.stderr, flush=True)
+        if all_reduce_max(failed, d.device) > 0:  # every rank must load the same one
+            event(d, "checkpoint_unreadable", path=path)
+            _set_aside(d, path)
+            continue
+        break
+    else:
         metric(d, "start", resumed_from_step=None, world_size=d.world_size)  # one per attempt: restarts count them
         return 0, None, float("nan")
-    path, meta = found
-    t0 = time.perf_counter()
-    load_state(path)
     seconds = all_reduce_max(time.perf_counter() - t0, d.device)
     event(d, "resumed", step=meta["step"], epoch=meta["epoch"], path=path, seconds=round(seconds, 4))
     metric(d, "start", resumed_from_step=meta["step"], world_size=d.world_size, restore_s=round(seconds, 4))
@@ -386,9 +408,19 @@ class CheckpointWriter:
         if self.d.is_main:
             os.makedirs(self.root, exist_ok=True)
             shutil.rmtree(tmp, ignore_errors=True)
+            newest = list_checkpoints(self.root)
+            room_for(self.root, tree_size(newest[-1][1]) if newest else 0)
             os.makedirs(tmp)
         barrier()
-        written = write_state(tmp)
+        try:
+            written = write_state(tmp)
+        except (OSError, RuntimeError) as err:
+            if not disk_full(err, self.root):
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+            free = shutil.disk_usage(self.root).free
+            # not retryable: every restart would fill it again (a crash loop); older checkpoints were pruned first
+            fail_config(f"checkpoint volume full while saving step {step} to {self.root} ({free // 2**20} MiB free): free space or enlarge the volume, then resubmit; the newest complete checkpoint is kept")
         if written is None:  # synchronous: every rank has written once the barrier passes
             barrier()
             if self.d.is_main:
@@ -424,12 +456,17 @@ class CheckpointWriter:
         return time.perf_counter() - t0
 
     def _complete(self, tmp: str, final: str, meta: dict, step: int) -> None:
+        """Mark the checkpoint complete: its files and directory on storage first (fsync), then
+        ``meta.json``, then the rename, then the parent directory (so the rename is durable)."""
+        _fsync_tree(tmp)
         meta = {**meta, "step": step, "saved_at": time.time()}
         with open(os.path.join(tmp, "meta.json"), "w") as fh:
             json.dump(meta, fh)
             fh.flush()
             os.fsync(fh.fileno())
+        _fsync_dir(tmp)
         os.rename(tmp, final)
+        _fsync_dir(self.root)
         self._prune()
 
     def poll(self) -> None:
@@ -464,6 +501,51 @@ class CheckpointWriter:
         for name in os.listdir(self.root):
             if name.startswith(".tmp-step-"):
                 shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(root: str) -> None:
+    """Every file under ``root`` and every directory, on storage."""
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(dirpath)
+
+
+def room_for(root: str, needed: int, keep_newest: int = 1) -> None:
+    """Before a save: when the volume has less free space than ``needed`` bytes (the last
+    checkpoint's size), prune the oldest checkpoints (keeping the newest ``keep_newest``) first."""
+    if not os.path.isdir(root):
+        return
+    ckpts = list_checkpoints(root)
+    while ckpts[:-keep_newest] and shutil.disk_usage(root).free < needed:
+        _, oldest = ckpts.pop(0)
+        print(f"checkpoint volume low on space: removing {oldest} before saving", file=sys.stderr, flush=True)
+        shutil.rmtree(oldest, ignore_errors=True)
+
+
+def disk_full(err: BaseException, root: str) -> bool:
+    """A write that failed for want of space: ENOSPC, or torch.save's C++ stream errors
+    ("basic_ios::clear", "file write failed") on a volume with (almost) no space left."""
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(err)
+    return ("basic_ios" in text or "write failed" in text) and shutil.disk_usage(root).free < 64 * 2**20
+
+
+def tree_size(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(path) for f in fs)
 
 
 FAULT_ENV = "TRAINING_FAULT_AT_STEP"
