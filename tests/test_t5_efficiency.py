@@ -17,6 +17,7 @@ from bench.common import run_program
 from manifests.trainjobs import PROGRAMS_DIR
 
 sys.path.insert(0, str(PROGRAMS_DIR))  # the programs import trainlib by name, as in the image
+import checkpoints  # noqa: E402
 import trainlib  # noqa: E402
 
 
@@ -74,7 +75,7 @@ class _Solo:
 
 
 def test_staged_save_blocks_the_loop_only_until_the_host_copy_is_taken(tmp_path, capsys):
-    writer = trainlib.CheckpointWriter(_Solo(), str(tmp_path), asynchronous=True)  # pyright: ignore[reportArgumentType]
+    writer = checkpoints.CheckpointWriter(_Solo(), str(tmp_path), asynchronous=True)  # pyright: ignore[reportArgumentType]
     staged: Future = Future()
     written: Future = Future()
     writer.save(5, {"epoch": 0, "world_size": 1, "loss": 1.0}, lambda tmp: (staged, written))
@@ -95,7 +96,7 @@ def test_staged_save_blocks_the_loop_only_until_the_host_copy_is_taken(tmp_path,
 
 
 def test_a_failed_staging_fails_the_save(tmp_path):
-    writer = trainlib.CheckpointWriter(_Solo(), str(tmp_path), asynchronous=True)  # pyright: ignore[reportArgumentType]
+    writer = checkpoints.CheckpointWriter(_Solo(), str(tmp_path), asynchronous=True)  # pyright: ignore[reportArgumentType]
     staged: Future = Future()
     written: Future = Future()
     writer.save(3, {"epoch": 0, "world_size": 1, "loss": 1.0}, lambda tmp: (staged, written))

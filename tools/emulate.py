@@ -45,7 +45,6 @@ import json
 import os
 import pathlib
 import re
-import shlex
 import shutil
 import signal
 import socket
@@ -58,6 +57,7 @@ from collections.abc import Iterator
 
 from manifests import trainer_api
 from manifests.trainjobs import TINY_PROFILE
+from tools.emulator_mounts import in_mount_namespace
 from tools.emulator_objects import (  # noqa: F401
     BACKOFF_LIMIT_EXCEEDED,
     DEADLINE_EXCEEDED,
@@ -303,60 +303,6 @@ def run_attempt(job: Job, attempt_no: int, fail: dict | None, timeout_s: float, 
     command = in_mount_namespace(job.command, job.mounts) or job.command
     cmds = [(command, _node_env(job, n, port, fault_step(n), os.path.join(tmp, f"node-{n}"), tf_port)) for n in range(job.num_nodes)]
     return _run_pods(cmds, names, f"attempt {attempt_no} node", timeout_s, quiet, ranks=[_ranks(job, n) for n in range(job.num_nodes)])
-
-
-def _unshare_prefix() -> list[str] | None:
-    """How to start a process in a mount namespace of its own here (unshare(1): as root, or in a
-    user namespace mapped to root), or None when this machine allows neither."""
-    if shutil.which("unshare") is None:
-        return None
-    for prefix in (["unshare", "--mount", "--propagation", "private"], ["unshare", "--user", "--map-root-user", "--mount", "--propagation", "private"]):
-        try:
-            ok = subprocess.run([*prefix, "true"], capture_output=True, timeout=10).returncode == 0
-        except (OSError, subprocess.TimeoutExpired):
-            ok = False
-        if ok:
-            return prefix
-    return None
-
-
-def _mount_steps(mounts: dict[str, str]) -> list[str] | None:
-    """Shell steps that put each local volume at its container path inside the namespace. A path
-    whose parent does not exist gets a tmpfs over its deepest existing ancestor that mirrors the
-    ancestor's entries (bind mounts, so nothing of the host's is hidden or changed). None when a
-    path would need the root itself mirrored."""
-    steps = []
-    for target, local in sorted(mounts.items(), key=lambda kv: kv[0].count("/")):
-        path = pathlib.Path(target)
-        ancestor = path
-        while not ancestor.exists():
-            ancestor = ancestor.parent
-        if ancestor != path:
-            if ancestor == pathlib.Path("/"):
-                return None
-            q = shlex.quote
-            steps.append("T=$(mktemp -d); mount -t tmpfs -o mode=0755 platform-emulator $T")
-            for entry in sorted(ancestor.iterdir()):
-                name = q(entry.name)
-                if entry.is_symlink():
-                    steps.append(f"ln -s {q(os.readlink(entry))} $T/{name}")
-                elif entry.is_dir():
-                    steps.append(f"mkdir $T/{name}; mount --rbind {q(str(entry))} $T/{name}")
-                else:
-                    steps.append(f"touch $T/{name}; mount --bind {q(str(entry))} $T/{name}")
-            steps.append(f"mkdir -p $T/{q(str(path.relative_to(ancestor)))}; mount --move $T {q(str(ancestor))}; rmdir $T")
-        steps.append(f"mount --bind {shlex.quote(local)} {shlex.quote(target)}")
-    return steps
-
-
-def in_mount_namespace(command: list[str], mounts: dict[str, str]) -> list[str] | None:
-    """``command`` run in a mount namespace of its own with the job's volumes at their container
-    paths (code that writes /mnt/checkpoints writes the job's local volume, not the host's), or
-    None where the machine cannot (then only the paths in the command and env are mapped)."""
-    prefix, steps = _unshare_prefix(), _mount_steps(mounts)
-    if prefix is None or steps is None:
-        return None
-    return [*prefix, "sh", "-c", "set -e; " + "; ".join(steps) + '; exec "$@"', "sh", *command]
 
 
 def _ranks(job: Job, node: int) -> str:

@@ -15,6 +15,7 @@ import os
 import struct
 import time
 
+import checkpoints
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -145,8 +146,9 @@ def main(argv=None) -> int:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
 
-    step, resumed_from, last_loss = trainlib.resume(d, args.checkpoint_dir, load)
-    writer = trainlib.CheckpointWriter(d, args.checkpoint_dir)
+    step, resumed_from, last_loss = checkpoints.resume(d, args.checkpoint_dir, load)
+    writer = checkpoints.CheckpointWriter(d, args.checkpoint_dir)
+    progress = trainlib.Progress(step, total_steps)
 
     def save(at_step: int) -> None:
         def write(tmp):
@@ -181,7 +183,7 @@ def main(argv=None) -> int:
                 loss_sum, samples = trainlib.all_reduce_sum(window[:2], d.device)
                 seconds = trainlib.all_reduce_max(window[2], d.device)
                 last_loss = loss_sum / max(samples, 1)
-                trainlib.event(d, "step", step=step, epoch=epoch, loss=round(last_loss, 6), samples_per_s=round(samples / max(seconds, 1e-9), 1))
+                trainlib.event(d, "step", step=step, epoch=epoch, loss=round(last_loss, 6), samples_per_s=round(samples / max(seconds, 1e-9), 1), **progress.fields(step))
                 steps_logged = max(1.0, samples / (args.batch_size * d.world_size))  # drop_last: whole global batches
                 trainlib.metric(
                     d, "step", step=step, epoch=epoch, loss=round(last_loss, 6), samples_per_s=round(samples / max(seconds, 1e-9), 1),

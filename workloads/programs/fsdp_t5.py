@@ -36,6 +36,7 @@ import os
 import time
 from typing import Any
 
+import checkpoints
 import t5_model
 import torch
 import torch.nn.functional as F
@@ -326,7 +327,7 @@ def main(argv=None) -> int:
         trainlib.fail_config("--attention flex trains only on a GPU (torch's FlexAttention has no backward on CPU); use --attention sdpa")
     # the two implementations name and fuse their weights differently: a job resumes with the one
     # its checkpoint holds, decided on rank 0 for every rank (all must build the same model)
-    found = trainlib.latest_checkpoint(args.checkpoint_dir) if d.is_main else None
+    found = checkpoints.latest_checkpoint(args.checkpoint_dir) if d.is_main else None
     written_by = trainlib.broadcast_object((found[1].get("impl", LEGACY) if found else args.impl), d)
     if written_by != args.impl:
         trainlib.log(d, f"fsdp-t5: the newest checkpoint holds the {written_by} T5; continuing with it")
@@ -375,8 +376,9 @@ def main(argv=None) -> int:
         dcp_load(state, checkpoint_id=path)
         set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
 
-    step, resumed_from, last_loss = trainlib.resume(d, args.checkpoint_dir, load)
-    writer = trainlib.CheckpointWriter(d, args.checkpoint_dir, asynchronous=args.checkpoint_mode == "async")
+    step, resumed_from, last_loss = checkpoints.resume(d, args.checkpoint_dir, load)
+    writer = checkpoints.CheckpointWriter(d, args.checkpoint_dir, asynchronous=args.checkpoint_mode == "async")
+    progress = trainlib.Progress(step, total_steps)
 
     # one stager for the whole run: its host copy of the state (page-locked on a GPU, so the copy
     # runs at full PCIe speed on a stream of its own) is allocated at the first save and reused
@@ -449,7 +451,7 @@ def main(argv=None) -> int:
                 last_loss = loss_sum / max(micro_batches, 1)
                 tokens_total += tokens
                 computed_total += computed
-                trainlib.event(d, "step", step=step, epoch=epoch, loss=round(last_loss, 6))
+                trainlib.event(d, "step", step=step, epoch=epoch, loss=round(last_loss, 6), **progress.fields(step))
                 logged = max(1, round(micro_batches / (args.grad_accum * d.world_size)))  # steps since the last line
                 window_s = sum(step_times[-logged:])
                 trainlib.metric(
