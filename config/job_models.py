@@ -81,6 +81,9 @@ class JobBase(Section):
     active_deadline_seconds: Int | None = opt(
         None, "runaway guard: the TrainJob fails (DeadlineExceeded) this many seconds after it starts; unset = no limit (Trainer v2.3.0 only: docs/runbook.md)", ge=1
     )
+    stall_timeout_seconds: Int = opt(
+        1800, "hang guard: a node whose program completes no step for this long stops (exit 124, saying so) and the job restarts (a hung collective holds every GPU of the job); 0 = off", ge=0, le=86400
+    )
 
     def problems(self, path: str) -> Iterator[ConfigError]:
         if self.gpus_per_node is not None and self.instance_type in catalog.catalog():

@@ -39,6 +39,12 @@ JOB_LABEL = "training-platform/job"
 CODE_HASH_ANNOTATION = "training-platform/code-sha256"
 DDP_SAMPLES = 60000  # generated digits per epoch: MNIST's training-set size
 JOB_NAME_ENV = "TRAINING_JOB_NAME"  # the job label of the programs' metric lines (workloads/programs/trainlib.py)
+STALL_ENV = "TRAINING_STALL_TIMEOUT_S"  # the programs' hang watchdog (trainlib.Progress)
+
+
+def _stall_env(job: JobBase) -> list[dict]:
+    timeout = getattr(job, "stall_timeout_seconds", 0)
+    return [{"name": STALL_ENV, "value": str(timeout)}] if timeout else []
 
 
 @dataclass(frozen=True)
@@ -316,7 +322,7 @@ def trainjob(
                 "numNodes": job.num_nodes,
                 "resourcesPerNode": resources_per_node(job, settings),
                 # with initializers the program reads data and models from disk: never the hub
-                "env": [*job_env(job, settings), *([{"name": "HF_HUB_OFFLINE", "value": "1"}] if init else []), {"name": JOB_NAME_ENV, "value": workload.name}],
+                "env": [*job_env(job, settings), *([{"name": "HF_HUB_OFFLINE", "value": "1"}] if init else []), {"name": JOB_NAME_ENV, "value": workload.name}, *_stall_env(job)],
             },
             **({"initializer": init} if init else {}),
             field: value,

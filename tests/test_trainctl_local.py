@@ -123,3 +123,15 @@ def test_a_preempted_node_saves_its_step_and_the_run_resumes_from_it():
     summary = done.stdout.strip().splitlines()[-1]
     assert done.returncode == 0 and "status=Complete" in summary and "resumed_from_step=7" in summary, done.stdout[-3000:]
     assert re.search(r"exit codes \{'ddp-mnist-node-0-\d': 143\}", done.stdout), done.stdout[-3000:]  # retryable: it was stopped
+
+
+@pytest.mark.slow
+def test_a_node_hung_in_a_collective_is_stopped_with_a_reason_and_the_job_restarts():
+    """Node 1 stops after step 5, so every node blocks in the next all-reduce; with no step for
+    the stall timeout each node stops (exit 124) saying so, and the restarted job completes."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tools.emulate", "--stack", "dev", "--job", "ddp", "--hang-node", "1", "--hang-at-step", "5", "--stall-timeout", "8", "--quiet"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0 and "status=Complete" in done.stdout.strip().splitlines()[-1], done.stdout[-3000:]
+    assert "no step progress for" in done.stdout and re.search(r"exit codes \{[^}]*: 124", done.stdout)

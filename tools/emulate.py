@@ -142,7 +142,8 @@ def jobset_rule(failure_policy: dict | None, replicated_job: str, reason: str, m
 
 
 # the programs' fault hooks (workloads/programs/trainlib.py): the node SIGKILLed, or told to stop (SIGTERM)
-FAULT_KINDS = {"kill": FAULT_ENV, "preempt": "TRAINING_PREEMPT_AT_STEP"}
+FAULT_KINDS = {"kill": FAULT_ENV, "preempt": "TRAINING_PREEMPT_AT_STEP", "hang": "TRAINING_FAULT_HANG_AT_STEP"}
+STALL_ENV = "TRAINING_STALL_TIMEOUT_S"
 
 
 def _pod_env(job: Job, extra: dict[str, str], tmp: str, fault: tuple[str, int] | None) -> dict[str, str]:
@@ -293,7 +294,7 @@ def run_attempt(job: Job, attempt_no: int, fail: dict | None, timeout_s: float, 
     inject = fail if fail is not None and not fail.get("done") else None  # the failure this attempt injects
     if inject is not None:
         inject["done"] = True  # once: later attempts run clean
-        what = "SIGKILLed" if inject["kind"] == "kill" else "sent SIGTERM (preempted)"
+        what = {"kill": "SIGKILLed", "preempt": "sent SIGTERM (preempted)", "hang": "hung (it stops before the next collective)"}[inject["kind"]]
         print(f"emulate: node {inject['node']} will be {what} at step {inject['step']}", flush=True)
 
     def fault_step(n: int) -> tuple[str, int] | None:
@@ -336,12 +337,18 @@ def check_fail_step(step: int, last_step: int | None) -> None:
 
 def emulate(
     job: Job, *, fail_node: int | None, fail_at_step: int | None, timeout_s: float = 900, quiet: bool = False, preempt_node: int | None = None, preempt_at_step: int | None = None,
+    hang_node: int | None = None, hang_at_step: int | None = None, stall_timeout: int | None = None,
 ) -> dict:
     check_fault(job, fail_node, fail_at_step)
     check_fault(job, preempt_node, preempt_at_step)
     fail = {"node": fail_node, "step": fail_at_step, "kind": "kill"} if fail_node is not None and fail_at_step is not None else None
     if preempt_node is not None and preempt_at_step is not None:
         fail = {"node": preempt_node, "step": preempt_at_step, "kind": "preempt"}
+    if hang_node is not None and hang_at_step is not None:
+        check_fault(job, hang_node, hang_at_step)
+        fail = {"node": hang_node, "step": hang_at_step, "kind": "hang"}
+    if stall_timeout is not None:
+        job.env[STALL_ENV] = str(stall_timeout)
     restarts = counted = 0
     reason = message = None
     failed_job = ""
@@ -420,6 +427,9 @@ def main(argv=None) -> int:
     ap.add_argument("--fail-at-step", type=int)
     ap.add_argument("--preempt-node", type=int, help="with --preempt-at-step: this node gets SIGTERM after that step (a spot interruption, Kueue preemption or drain); the job saves that step and resumes from it")
     ap.add_argument("--preempt-at-step", type=int)
+    ap.add_argument("--hang-node", type=int, help="with --hang-at-step: this node stops after that step, so every node blocks in the next collective")
+    ap.add_argument("--hang-at-step", type=int)
+    ap.add_argument("--stall-timeout", type=int, help="seconds without step progress before a node stops (default: the TrainJob's TRAINING_STALL_TIMEOUT_S)")
     ap.add_argument("--work-dir", help="local volumes, kept (default: a temporary directory, removed at the end)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per attempt")
     ap.add_argument("--quiet", action="store_true", help="only events and the summary")
@@ -434,8 +444,10 @@ def main(argv=None) -> int:
         ap.error("--fail-node and --fail-at-step go together")
     if (args.preempt_node is None) != (args.preempt_at_step is None):
         ap.error("--preempt-node and --preempt-at-step go together")
-    if args.fail_node is not None and args.preempt_node is not None:
-        ap.error("one fault a run: --fail-node or --preempt-node")
+    if (args.hang_node is None) != (args.hang_at_step is None):
+        ap.error("--hang-node and --hang-at-step go together")
+    if sum(x is not None for x in (args.fail_node, args.preempt_node, args.hang_node)) > 1:
+        ap.error("one fault a run: --fail-node, --preempt-node or --hang-node")
     try:
         for at_step in (args.fail_at_step, args.preempt_at_step):  # before rendering or starting anything
             if at_step is not None:
@@ -452,7 +464,10 @@ def main(argv=None) -> int:
                 f"emulate: {job.name}: {job.num_nodes} nodes x {job.nproc_per_node} processes, maxRestarts={job.max_restarts}, volumes: "
                 + ", ".join(f"{k} -> {v}" for k, v in job.mounts.items()), flush=True,
             )
-            r = emulate(job, fail_node=args.fail_node, fail_at_step=args.fail_at_step, timeout_s=args.timeout, quiet=args.quiet, preempt_node=args.preempt_node, preempt_at_step=args.preempt_at_step)
+            r = emulate(
+                job, fail_node=args.fail_node, fail_at_step=args.fail_at_step, timeout_s=args.timeout, quiet=args.quiet, preempt_node=args.preempt_node, preempt_at_step=args.preempt_at_step,
+                hang_node=args.hang_node, hang_at_step=args.hang_at_step, stall_timeout=args.stall_timeout,
+            )
     except EmulationError as err:
         print(f"emulate: {err}", file=sys.stderr)
         return 2

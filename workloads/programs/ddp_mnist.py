@@ -176,6 +176,7 @@ def main(argv=None) -> int:
             opt.step()
             step += 1
             trainlib.fault_point(step)
+            progress.step_done(step)
             window[0] += loss.item() * y.numel()
             window[1] += y.numel()
             if step % args.log_every == 0 or step == total_steps or step % args.checkpoint_every == 0 or step % steps_per_epoch == 0:

@@ -445,6 +445,7 @@ def main(argv=None) -> int:
             step_times.append(time.perf_counter() - t0)
             step += 1
             trainlib.fault_point(step)
+            progress.step_done(step)
             writer.poll()
             if step % args.log_every == 0 or step % args.checkpoint_every == 0 or step == total_steps or step % steps_per_epoch == 0:
                 loss_sum, micro_batches, tokens, computed = trainlib.all_reduce_sum([*window.tolist(), computed_window], d.device)

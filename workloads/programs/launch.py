@@ -22,6 +22,7 @@ import tempfile
 EXIT_FILE_ENV = "TRAINING_EXIT_CODE_FILE"
 NON_RETRYABLE = (2, 3)
 PREEMPTED = 143  # a worker saved and left on SIGTERM (trainlib.exit_preempted): retryable
+STALLED = 124  # a worker's watchdog saw no step progress (trainlib.Progress): retryable
 
 
 def recorded_exit_code(path: str) -> int | None:
@@ -34,7 +35,7 @@ def recorded_exit_code(path: str) -> int | None:
     worst = [c for c in codes if c in NON_RETRYABLE]
     if worst:
         return max(worst)
-    return PREEMPTED if PREEMPTED in codes else None
+    return next((c for c in (PREEMPTED, STALLED) if c in codes), None)
 
 
 def worker(argv: list[str]) -> int:

@@ -21,6 +21,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -95,12 +96,39 @@ def preempted(d: Dist, step: int) -> bool:
     return all_reduce_max(told, d.device) > 0 if d.world_size > 1 else told > 0
 
 
+STALL_ENV = "TRAINING_STALL_TIMEOUT_S"  # set on the trainer by the TrainJob (trainjobs.<job>.stallTimeoutSeconds)
+STALLED_EXIT = 124  # retryable: a hung collective (a stuck node or link) may not hang on new nodes
+HANG_ENV = "TRAINING_FAULT_HANG_AT_STEP"  # fault injection: this node stops before the next collective
+
+
 class Progress:
     """Step, total steps and ETA for the step events (``trainctl status``/``list`` show them): the
-    rate is this attempt's, from the step it started at."""
+    rate is this attempt's, from the step it started at. With TRAINING_STALL_TIMEOUT_S set, a
+    watchdog ends the node (exit 124, saying why) when no step completes for that long: a job hung
+    in a collective holds its GPUs until someone notices, otherwise."""
 
     def __init__(self, start_step: int, total_steps: int):
         self.start_step, self.total_steps, self.t0 = start_step, total_steps, time.monotonic()
+        self.last_step, self.last_at = start_step, time.monotonic()
+        timeout = float(os.environ.get(STALL_ENV) or 0)
+        if timeout > 0:
+            threading.Thread(target=self._watch, args=(timeout,), daemon=True, name="stall-watchdog").start()
+
+    def _watch(self, timeout: float) -> None:
+        while True:
+            time.sleep(min(timeout / 4, 5.0))
+            idle = time.monotonic() - self.last_at
+            if idle > timeout:
+                print(f"stalled: no step progress for {idle:.0f} s after step {self.last_step} (limit {timeout:.0f} s): a hung collective or node; stopping", file=sys.stderr, flush=True)
+                _record_exit(STALLED_EXIT)
+                os._exit(STALLED_EXIT)
+
+    def step_done(self, step: int) -> None:
+        self.last_step, self.last_at = step, time.monotonic()
+        target = os.environ.get(HANG_ENV)
+        if target and int(target) == step:
+            print(f"fault injection: node hangs after step {step}", file=sys.stderr, flush=True)
+            threading.Event().wait()  # never set: the peers block in the next collective
 
     def fields(self, step: int) -> dict:
         done = step - self.start_step
