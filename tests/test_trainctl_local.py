@@ -74,6 +74,8 @@ def test_a_non_retryable_exit_fails_at_once_and_its_logs_are_readable(home, tmp_
     assert all(line.startswith("[attempt 0 node 1 rank 1] ") for line in out.splitlines())
     rc, out, _ = run(capsys, "list", "--local", "-o", "json")
     assert rc == 0 and '"exits-three"' in out
+    rc, out, _ = run(capsys, "diagnose", "--local", "exits-three")
+    assert rc == 0 and out.startswith("non-retryable exit:") and "exit code 3 (bad config or data)" in out
     rc, out, _ = run(capsys, "delete", "--local", "exits-three")
     assert rc == 0 and not local.job_dir("exits-three").exists()
 

@@ -24,7 +24,7 @@ from urllib3.exceptions import HTTPError
 
 import versions
 from manifests.tenants import QUEUE_LABEL
-from trainctl import local, objects
+from trainctl import diagnose, local, objects
 from trainctl.code import CodeError, collect
 from trainctl.kube import ClusterError, KubeApi, default_namespace, unreachable
 
@@ -86,6 +86,10 @@ def parser() -> Parser:
         _common(p)
         p.add_argument("--local", action="store_true", help="a job run on this machine")
         p.add_argument("name", metavar="NAME")
+    p = sub.add_parser("diagnose", help="why a TrainJob failed or does not start, with the evidence")
+    _common(p)
+    p.add_argument("--local", action="store_true", help="a job run on this machine")
+    p.add_argument("name", metavar="NAME")
     p = sub.add_parser("logs", help="logs of one node of a TrainJob")
     _common(p)
     p.add_argument("--local", action="store_true", help="a job run on this machine (default: every node)")
@@ -317,10 +321,43 @@ def cmd_local(args: argparse.Namespace) -> int:
     elif args.cmd == "logs":
         for line in local.logs(args.name, node=args.node, follow=args.follow):
             print(line, flush=True)
+    elif args.cmd == "diagnose":
+        return _print_findings(args.name, diagnose.diagnose(local.evidence(args.name)), args.output)
     elif args.cmd == "delete":
         stopped = local.delete(args.name)
         print(f"{args.name}: {'stopped and ' if stopped else ''}deleted (local)")
     return 0
+
+
+def _print_findings(name: str, findings: list, output: str) -> int:
+    if output != "table":
+        emit([f.as_dict() for f in findings], output)
+        return 0
+    if not findings:
+        print(f"{name}: nothing found that explains a failure or a wait (trainctl status {name})")
+    for f in findings:
+        print(f"{f.cause}:")
+        for line in f.evidence:
+            print(f"  | {line}")
+        if f.hint:
+            print(f"  -> {f.hint}")
+    return 0
+
+
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    cluster = _cluster(args)
+    tj = cluster.get_trainjob(args.name)
+    pods = cluster.pods(args.name)
+    events = cluster.events("TrainJob", args.name) + [e for e in cluster.events("Pod") if e["involvedObject"]["name"].startswith(f"{args.name}-")]
+    events += [e for e in cluster.events("Workload") if e["involvedObject"]["name"].startswith(f"trainjob-{args.name}-")]
+    nodes = cluster.nodes({p["spec"]["nodeName"] for p in pods if p.get("spec", {}).get("nodeName")})
+    failed_pods = [p["metadata"]["name"] for p in pods if (p.get("status") or {}).get("phase") == "Failed" or any(_restarted(cs) for cs in (p.get("status") or {}).get("containerStatuses") or [])]
+    ev = diagnose.Evidence(trainjob=tj, pods=pods, workloads=cluster.workloads(args.name), events=events, nodes=nodes, log_lines={p: cluster.log_tail(p) for p in failed_pods[:4]})
+    return _print_findings(args.name, diagnose.diagnose(ev), args.output)
+
+
+def _restarted(cs: dict) -> bool:
+    return bool((cs.get("lastState") or {}).get("terminated"))
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -410,7 +447,7 @@ def cmd_runtimes(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"list": cmd_list, "status": cmd_status, "logs": cmd_logs, "delete": cmd_delete, "runtimes": cmd_runtimes}
+COMMANDS = {"list": cmd_list, "status": cmd_status, "logs": cmd_logs, "delete": cmd_delete, "runtimes": cmd_runtimes, "diagnose": cmd_diagnose}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -239,6 +239,33 @@ class KubeApi:
         found = self._call("listing events", self.core.list_namespaced_event, self.namespace, field_selector=selector, _preload_content=False)
         return json.loads(found.data).get("items", [])
 
+    def workloads(self, name: str) -> list[dict]:
+        """Kueue's Workloads of the TrainJob (named ``trainjob-<name>-<hash>``); none without Kueue."""
+        try:
+            found: Any = self.custom.list_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", self.namespace, "workloads")
+        except ApiException as err:
+            if err.status in (403, 404):
+                return []
+            raise ClusterError(f"listing workloads: {api_message(err)}") from None
+        return [w for w in found.get("items", []) if w["metadata"]["name"].startswith(f"trainjob-{name}-")]
+
+    def nodes(self, names: set[str]) -> list[dict]:
+        """The named nodes a team may read (none where RBAC says no: a team has no cluster scope)."""
+        out = []
+        for node in sorted(names):
+            try:
+                out.append(json.loads(self.core.read_node(node, _preload_content=False).data))
+            except (ApiException, HTTPError):
+                continue
+        return out
+
+    def log_tail(self, pod: str, lines: int = 40) -> list[str]:
+        try:
+            text = self.core.read_namespaced_pod_log(pod, self.namespace, tail_lines=lines, _preload_content=False).data.decode(errors="replace")
+        except (ApiException, HTTPError):
+            return []
+        return text.splitlines()
+
     # --- through the Kubeflow SDK ------------------------------------------------------------
 
     def _sdk(self, what: str, fn, *args, **kwargs) -> Any:

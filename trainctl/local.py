@@ -175,3 +175,25 @@ def delete(name: str) -> bool:
         stopped = True
     shutil.rmtree(d)
     return stopped
+
+
+def evidence(name: str):
+    """What a local run left, as ``trainctl diagnose`` reads it: each node's lines and exit codes."""
+    from trainctl.diagnose import Evidence
+
+    d = job_dir(name)
+    if not d.exists():
+        raise LocalError(f"no local job {name} (trainctl list --local)")
+    lines: dict[str, list[str]] = {}
+    codes: dict[str, int] = {}
+    for line in _lines(d):
+        m = NODE_LINE.match(line)
+        if m:
+            lines.setdefault(f"node {m.group(2)}", []).append(line[m.end():])
+        for pod, code in re.findall(r"'([\w.-]+-node-0-\d+)': (\d+)", line) if "exit codes" in line else ():
+            codes[pod] = int(code)
+    res = result(d) or {}
+    trainjob = None
+    if res.get("reason") == "DeadlineExceeded" or "deadline" in (res.get("message") or "").lower():
+        trainjob = {"metadata": {"name": name}, "status": {"conditions": [{"type": "Failed", "status": "True", "reason": "DeadlineExceeded", "message": res.get("message", "")}]}}
+    return Evidence(trainjob=trainjob, log_lines={k: v[-40:] for k, v in lines.items()}, exit_codes=codes)

@@ -1,0 +1,59 @@
+"""trainctl diagnose on objects shaped as the upstream controllers write them (Kubernetes pod
+status and disruption conditions, Kueue v0.19 Workload conditions, Karpenter and scheduler
+events, the node monitoring agent's node condition, Trainer's TrainJob conditions)."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainctl.diagnose import Evidence, diagnose
+
+
+def pod(name: str, *, terminated: dict | None = None, waiting: dict | None = None, conditions: list | None = None, last: dict | None = None) -> dict:
+    cs = {"name": "node", "state": {}, "lastState": {}}
+    if terminated:
+        cs["state"]["terminated"] = terminated
+    if waiting:
+        cs["state"]["waiting"] = waiting
+    if last:
+        cs["lastState"]["terminated"] = last
+    return {"metadata": {"name": name}, "status": {"phase": "Running", "containerStatuses": [cs], "conditions": conditions or []}}
+
+
+def causes(ev: Evidence) -> dict[str, list[str]]:
+    return {f.cause: f.evidence for f in diagnose(ev)}
+
+
+CASES = [
+    (Evidence(pods=[pod("j-node-0-0", last={"reason": "OOMKilled", "exitCode": 137})]), "out of memory (host)", "OOMKilled"),
+    (Evidence(log_lines={"j-node-0-1": ["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"]}), "out of GPU memory", "CUDA out of memory"),
+    (Evidence(log_lines={"j-node-0-0": ["[rank0]:[E ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=12, OpType=ALLREDUCE, Timeout(ms)=600000)"]}), "NCCL/collective timeout or hang", "Watchdog caught"),
+    (Evidence(pods=[pod("j-node-0-0", waiting={"reason": "ImagePullBackOff", "message": 'Back-off pulling image "repo/org/img:1"'})]), "image pull", "ImagePullBackOff"),
+    (Evidence(workloads=[{"metadata": {"name": "trainjob-j-1a2b3"}, "status": {"conditions": [{"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": "couldn't assign flavors to pod set node: insufficient unused quota for nvidia.com/gpu in flavor gpu-pool, 8 more needed"}]}}]), "Kueue: pending", "insufficient unused quota"),
+    (Evidence(workloads=[{"metadata": {"name": "trainjob-j-1a2b3"}, "status": {"conditions": [{"type": "Evicted", "status": "True", "reason": "Preempted", "message": "Preempted to accommodate a workload (UID: 7) due to prioritization in the ClusterQueue"}]}}]), "preemption or eviction", "Preempted"),
+    (Evidence(events=[{"reason": "FailedScheduling", "message": "Failed to schedule pod, incompatible with nodepool \"gpu-pool\", no instance type satisfied resources {\"nvidia.com/gpu\":\"8\"}", "involvedObject": {"kind": "Pod", "name": "j-node-0-0"}}]), "no capacity (Karpenter cannot launch)", "no instance type satisfied"),
+    (Evidence(events=[{"reason": "AcceleratedHardwareNotReady", "message": "NVRM: Xid (PCI:0000:10:1c): 79, GPU has fallen off the bus", "involvedObject": {"kind": "Node", "name": "ip-10-0-1-2"}}]), "GPU fault (Xid)", "Xid"),
+    (Evidence(nodes=[{"metadata": {"name": "ip-10-0-1-2"}, "status": {"conditions": [{"type": "Ready", "status": "True"}, {"type": "AcceleratedHardwareReady", "status": "False", "reason": "NvidiaXID79Error", "message": "GPU fell off the bus"}]}}]), "node fault", "AcceleratedHardwareReady=False"),
+    (Evidence(trainjob={"metadata": {"name": "j"}, "status": {"conditions": [{"type": "Failed", "status": "True", "reason": "DeadlineExceeded", "message": "TrainJob exceeded its activeDeadlineSeconds"}]}}), "deadline exceeded", "DeadlineExceeded"),
+    (Evidence(pods=[pod("j-node-0-1", terminated={"reason": "Error", "exitCode": 3})]), "non-retryable exit", "exit code 3"),
+    (Evidence(pods=[pod("j-node-0-1", conditions=[{"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet", "message": "Pod was terminated in response to imminent node shutdown."}])]), "preemption or eviction", "TerminationByKubelet"),
+    (Evidence(exit_codes={"j-node-0-0": 124}, log_lines={"node 0": ["stalled: no step progress for 1810 s after step 40 (limit 1800 s): a hung collective or node; stopping"]}), "no step progress (hang guard)", "no step progress"),
+]
+
+
+@pytest.mark.parametrize("ev,cause,evidence", CASES, ids=[c[1] for c in CASES])
+def test_each_cause_is_named_with_its_evidence(ev, cause, evidence):
+    found = causes(ev)
+    assert cause in found, found
+    assert any(evidence in line for line in found[cause])
+
+
+def test_a_healthy_running_job_has_no_findings():
+    healthy = Evidence(
+        trainjob={"metadata": {"name": "j"}, "status": {"conditions": []}},
+        pods=[pod("j-node-0-0"), pod("j-node-0-1")],
+        workloads=[{"metadata": {"name": "trainjob-j-1"}, "status": {"conditions": [{"type": "QuotaReserved", "status": "True"}, {"type": "Admitted", "status": "True"}]}}],
+        nodes=[{"metadata": {"name": "n"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}],
+        log_lines={"j-node-0-0": ["epoch 0 step 10: loss 2.1"]},
+    )
+    assert diagnose(healthy) == []
