@@ -11,6 +11,7 @@ from components.gpu_aws import GpuAws
 from components.gpu_capacity import GpuCapacity
 from components.kueue import Kueue
 from components.network import Network
+from components.node_health import NodeHealth
 from components.observability import Observability
 from components.project_config import aws_region, project_config
 from components.registry import TrainingImage
@@ -38,6 +39,8 @@ tags = {"project": "training-platform", "stack": settings.stack, "managed-by": "
 network = Network("net", settings=settings.network, cluster_name=settings.cluster_name, tags=tags, required_zones=settings.pinned_zones())
 cluster = Cluster("eks", settings=settings, network=network, tags=tags)
 gpu_aws = GpuAws("gpu", settings=settings, cluster=cluster, vpc_id=network.vpc_id, tags=tags)
+# bad GPU nodes found (the node monitoring agent) and replaced (Karpenter's node repair)
+node_health = NodeHealth("node-health", settings=settings, cluster=cluster)
 capacity = GpuCapacity("gpu", settings=settings, gpu_aws=gpu_aws, cluster_name=cluster.name, provider=cluster.provider, tags=tags)
 trainer = Trainer("trainer", settings=settings.trainer, cluster_name=cluster.name, provider=cluster.provider, depends_on=capacity.node_pools)
 # Kueue queues the teams' and the stack's TrainJobs (one cohort); teams get namespaces, quotas and access

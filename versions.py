@@ -67,6 +67,12 @@ VOLUME_SETUP_IMAGE = "public.ecr.aws/docker/library/busybox:1.37.0"
 FSX_CSI_ADDON_VERSION = "v1.7.0-eksbuild.1"
 EFS_CSI_ADDON_VERSION = "v2.1.13-eksbuild.1"
 POD_IDENTITY_ADDON_VERSION = "v1.3.9-eksbuild.3"
+# Node health (components/node_health.py): the eks-node-monitoring-agent add-on (github.com/aws/
+# eks-node-monitoring-agent v1.7.0, 2026-08-04, the newest release) sets the node conditions
+# AcceleratedHardwareReady (NVIDIA Xid, DCGM), KernelReady, NetworkingReady, StorageReady and
+# ContainerRuntimeReady that Karpenter's node repair acts on. Confirm the build with `aws eks
+# describe-addon-versions --addon-name eks-node-monitoring-agent --kubernetes-version 1.34`.
+NODE_MONITORING_AGENT_ADDON_VERSION = "v1.7.0-eksbuild.1"
 
 # Observability (components/observability.py, manifests/operations.py), observability.mode:
 # cloudwatch (default): the amazon-cloudwatch-observability EKS add-on. Its versions are the

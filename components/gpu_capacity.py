@@ -43,7 +43,7 @@ class GpuCapacity(pulumi.ComponentResource):
             chart=versions.KARPENTER_CHART,
             version=versions.KARPENTER_VERSION,
             namespace=g.KARPENTER_NAMESPACE,
-            values=g.karpenter_values(cluster_name=self._cluster_name, queue_name=queue_name),
+            values=g.karpenter_values(cluster_name=self._cluster_name, queue_name=queue_name, node_repair=s.gpu_pool.node_repair),
             opts=self._opts(depends_on=self._aws.karpenter_ready),
         )
         self.karpenter = karpenter

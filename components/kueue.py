@@ -39,6 +39,7 @@ class Kueue(pulumi.ComponentResource):
             opts=o(trainer.release),
         )
         self.flavors = [apply_manifest(kq.system_resource_flavor(), o(self.release)), *(apply_manifest(kq.resource_flavor(p), o(self.release)) for p in kq.pools(settings))]
-        self.ready = [self.release, *self.flavors]
+        self.priority_classes = [apply_manifest(m, o(self.release)) for m in kq.priority_classes()]
+        self.ready = [self.release, *self.flavors, *self.priority_classes]
         self.training_queue = apply_manifest(kq.training_cluster_queue(settings), o(*self.ready))
         self.register_outputs({"clusterQueue": kq.TRAINING_QUEUE, "flavors": [p.name for p in kq.pools(settings)]})

@@ -43,4 +43,22 @@ def apply_manifest(manifest: dict[str, Any], opts: pulumi.ResourceOptions) -> pu
         group, version = _BUILTIN_GROUPS[api_version]
         cls = getattr(getattr(getattr(k8s, group), version), kind)
         return cls(name, opts=opts, **{_snake(k): v for k, v in fields.items()})
+    if set(fields) - {"metadata", "spec"}:  # top-level fields beside spec (a WorkloadPriorityClass's value)
+        return _CustomObject(name, api_version=api_version, kind=kind, fields=fields, opts=opts)
     return k8s.apiextensions.CustomResource(name, api_version=api_version, kind=kind, opts=opts, **fields)
+
+
+class _CustomObject(pulumi.CustomResource):
+    """A custom object registered as pulumi-kubernetes registers a CustomResource (type
+    ``kubernetes:<apiVersion>:<kind>``, the provider's own version), with every top-level field:
+    ``apiextensions.CustomResource`` takes only ``metadata`` and ``spec``."""
+
+    def __init__(self, name: str, *, api_version: str, kind: str, fields: dict[str, Any], opts: pulumi.ResourceOptions):
+        opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(version=k8s_version()))
+        super().__init__(f"kubernetes:{api_version}:{kind}", name, {"apiVersion": api_version, "kind": kind, **fields}, opts)
+
+
+def k8s_version() -> str:
+    from pulumi_kubernetes import _utilities
+
+    return _utilities.get_version()

@@ -54,7 +54,7 @@ class Tenants(pulumi.ComponentResource):
         self._s = settings
         self._storage = storage
         # what trainctl defaults and checks a team's job with (manifests/platform_facts.py); the image by digest
-        facts_doc = pulumi.Output.from_input(image).apply(lambda ref: platform_facts.dumps(platform_facts.facts(settings, ref)))
+        image_ref = pulumi.Output.from_input(image)
         self._provider = provider
         teams = settings.tenants.teams()
         dirs_ready = self._fsx_directories(sorted(teams)) if storage.type == "fsx" else []
@@ -70,6 +70,7 @@ class Tenants(pulumi.ComponentResource):
             self.namespaces[team] = ns_name
             ns = self._apply(tn.namespace(ns_name, team))
             gpu_cap = kq.gpu_ceiling(settings) if kueue else (tenant.gpu_quota or 0)
+            facts_doc = image_ref.apply(lambda ref, team=team: platform_facts.dumps(platform_facts.facts(settings, ref, team)))
             self._apply(platform_facts.configmap(ns_name, facts_doc, {tn.TEAM_LABEL: team}), ns)
             manifests = (tn.resource_quota(ns_name, team, tenant, gpu_cap=gpu_cap, kueue=kueue is not None, storage_gib=storage.capacity_gib), tn.limit_range(ns_name, team), tn.network_policy(ns_name, team), tn.egress_policy(ns_name, {tn.TEAM_LABEL: team}), tn.role(ns_name, team))
             for manifest in manifests:

@@ -234,6 +234,11 @@ class GpuPoolSettings(Section):
     gpu_limit: Int = opt(16, "total GPUs the pool may hold", ge=1)
     root_volume_size_gib: Int = opt(200, "GPU node root volume (deep-learning images are large)", ge=50, le=16000)
     consolidate_after: str = opt("10m", "how long an empty GPU node lives before removal", check=_pattern(_DURATION_RE, "a duration such as 30s, 10m or 1h"))
+    node_repair: Bool = opt(
+        True,
+        "Karpenter's node repair (feature gate NodeRepair, karpenter mode): a GPU node whose AcceleratedHardwareReady stays False 10 min (Ready False/Unknown, or another agent condition, 30 min) is replaced; "
+        "Auto Mode repairs nodes itself",
+    )
     expire_after: str = opt("Never", "node lifetime (Never keeps nodes under a running job)", check=_pattern(_DURATION_RE, "Never or a duration such as 720h"))
 
     def problems(self, path: str) -> Iterator[ConfigError]:
@@ -251,9 +256,10 @@ class GpuPoolSettings(Section):
         if self.mode == "auto":
             # Auto Mode's gpu-pool uses its built-in `default` NodeClass (manifests.gpu_objects), which
             # sizes the root volume itself: the key would do nothing
-            for key in ("root_volume_size_gib",):
+            why = {"root_volume_size_gib": "Auto Mode's default NodeClass sizes the root volume", "node_repair": "EKS Auto Mode repairs its nodes itself"}
+            for key, reason in why.items():
                 if key in self.model_fields_set:
-                    yield ConfigError(f"{path}.{camel(key)}", getattr(self, key), "does nothing in gpuPool.mode auto (Auto Mode's default NodeClass sizes the root volume); allowed: unset, or gpuPool.mode karpenter")
+                    yield ConfigError(f"{path}.{camel(key)}", getattr(self, key), f"does nothing in gpuPool.mode auto ({reason}); allowed: unset, or gpuPool.mode karpenter")
         if "reserved" in self.capacity_types and self.mode == "auto":
             # the terms live on the node class, and Auto Mode's built-in `default` NodeClass selects none
             yield ConfigError(f"{path}.capacityTypes", self.capacity_types, "reserved needs gpuPool.mode: karpenter (Auto Mode's default NodeClass selects no capacity reservations); allowed: on-demand, spot")

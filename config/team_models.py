@@ -27,6 +27,7 @@ class TenantSettings(Section):
     cpu_quota: str | None = opt(None, "CPU the team may request; unset = what its GPUs bring on the pools' nodes (vCPUs per GPU of the largest ratio)", check=_quantity)
     memory_quota: str | None = opt(None, "memory the team may request; unset = what its GPUs bring on the pools' nodes", check=_quantity)
     namespace: str | None = opt(None, "the team's namespace; unset = the team name", check=_pattern(DNS_LABEL_RE, "a DNS label such as vision"))
+    default_priority: Literal["low", "normal", "high"] = opt("normal", "Kueue priority of the team's jobs unless trainctl submit --priority says otherwise (low jobs are preempted first within the cohort)")
     namespace_view_policy: Bool = opt(
         False, "also associate the AWS-managed AmazonEKSViewPolicy, scoped to the team's namespace: read access to every object there except Secrets (more than the team's Role grants)"
     )

@@ -166,10 +166,19 @@ SYSTEM_NODE_AFFINITY = {
 }
 
 
-def karpenter_values(*, cluster_name: str, queue_name: str) -> dict:
-    """The controller runs on the managed node groups (never on nodes it manages), 2 replicas."""
+def karpenter_values(*, cluster_name: str, queue_name: str, node_repair: bool = True) -> dict:
+    """The controller runs on the managed node groups (never on nodes it manages), 2 replicas.
+
+    Node repair (karpenter v1.14.1 pkg/controllers/node/health/controller.go, with the AWS
+    provider's RepairPolicies in karpenter-provider-aws pkg/cloudprovider/cloudprovider.go): a node
+    whose AcceleratedHardwareReady is False for 10 min (Ready False/Unknown or another node
+    monitoring agent condition: 30 min) gets its NodeClaim's termination timestamp set to now and
+    is deleted, so neither ``karpenter.sh/do-not-disrupt`` (which the platform's training pods
+    carry) nor the NodePool's disruption budgets block it: a broken GPU node never holds a job
+    forever. It is held back only while more than 20% of the NodePool's nodes are unhealthy (so a
+    cluster-wide outage does not delete every node), and a healthy node is never touched."""
     return {
-        "settings": {"clusterName": cluster_name, "interruptionQueue": queue_name},
+        "settings": {"clusterName": cluster_name, "interruptionQueue": queue_name, "featureGates": {"nodeRepair": node_repair}},
         "serviceAccount": {"create": True, "name": KARPENTER_SERVICE_ACCOUNT},
         "replicas": 2,
         "affinity": SYSTEM_NODE_AFFINITY,

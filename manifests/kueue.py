@@ -154,9 +154,22 @@ def cluster_queue(name: str, *, namespace: str, quotas: dict[str, dict[str, Any]
             "resourceGroups": [{"coveredResources": list(COVERED_RESOURCES), "flavors": flavors}],
             # borrow in the first pool that fits rather than preempt there; try the next pool first
             "flavorFungibility": {"whenCanBorrow": "MayStopSearch", "whenCanPreempt": "TryNextFlavor"},
-            "preemption": {"reclaimWithinCohort": "Any", "borrowWithinCohort": {"policy": "Never"}, "withinClusterQueue": "LowerPriority"},
+            "preemption": {"reclaimWithinCohort": "Any", "borrowWithinCohort": {"policy": "LowerPriority", "maxPriorityThreshold": PRIORITIES["low"]}, "withinClusterQueue": "LowerPriority"},
         },
     }
+
+
+# Kueue WorkloadPriorityClasses (kueue v0.19.2 apis/kueue/v1beta2 WorkloadPriorityClass: value,
+# description), named by the label kueue.x-k8s.io/priority-class on a job. Within a ClusterQueue a
+# higher one preempts lower ones (withinClusterQueue: LowerPriority); in the cohort a job that
+# borrows may preempt only low jobs that borrow (borrowWithinCohort LowerPriority, at most low).
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+PRIORITIES = {"low": 100, "normal": 1000, "high": 10000}
+
+
+def priority_classes() -> list[dict]:
+    what = {"low": "preemptible: experiments and sweeps", "normal": "the default", "high": "deadlines: may preempt lower ones"}
+    return [{"apiVersion": API_VERSION, "kind": "WorkloadPriorityClass", "metadata": {"name": name}, "value": value, "description": what[name]} for name, value in PRIORITIES.items()]
 
 
 def team_queue_name(team: str) -> str:

@@ -25,7 +25,7 @@ KEY = "facts.json"
 VERSION = 1
 
 
-def facts(settings: Settings, image: str | None) -> dict[str, Any]:
+def facts(settings: Settings, image: str | None, team: str | None = None) -> dict[str, Any]:
     pools = []
     for pool in kq.pools(settings):
         pools.append({"name": pool.name, "instanceTypes": sorted(pool.instance_types), "efa": pool.efa, "zone": settings.efa.availability_zone if pool.efa else None})
@@ -38,6 +38,8 @@ def facts(settings: Settings, image: str | None) -> dict[str, Any]:
         "efa": {"zone": settings.efa.availability_zone, "instanceTypes": list(settings.efa.instance_types)} if settings.efa.enabled else None,
         "defaultInstanceType": gpu_types[0] if gpu_types else None,
         "image": image,
+        "priorities": list(kq.PRIORITIES) if settings.kueue_enabled else [],
+        "defaultPriority": settings.tenants.teams()[team].default_priority if team in settings.tenants.teams() else "normal",
     }
 
 

@@ -26,6 +26,7 @@ from config.settings import (
 )
 from manifests import trainer_api
 from manifests.gpu_objects import EFA_LABEL, EFA_POOL, GPU_POOL, POOL_LABEL, efa_devices_per_node, efa_pool_of
+from manifests.kueue import PRIORITY_LABEL
 from manifests.runtimes import EFA_ENV, INITIALIZED_KEY_ENV, initialized_subpath, runtime_names
 from manifests.tenants import CHECKPOINT_CLAIM, QUEUE_LABEL
 from manifests.trainer_api import INITIALIZED_DATASET, INITIALIZED_MODEL
@@ -258,7 +259,8 @@ def resources_per_node(job: JobBase, settings: Settings) -> dict:
 
 
 def trainjob(
-    workload: Workload, job: JobBase, settings: Settings, *, code_configmap: str, image: Any = None, runtime_name: str | None = None, queue: str | None = None, entry: dict[str, Any] | None = None
+    workload: Workload, job: JobBase, settings: Settings, *, code_configmap: str, image: Any = None, runtime_name: str | None = None, queue: str | None = None, entry: dict[str, Any] | None = None,
+    priority: str | None = None,
 ) -> dict:
     """The TrainJob of a workload on its runtime (``runtime_name``: the runtime's current
     content-hashed name; computed from the settings when not given). ``image``: the trainer image
@@ -313,7 +315,7 @@ def trainjob(
     return {
         "apiVersion": trainer_api.API_VERSION,
         "kind": "TrainJob",
-        "metadata": {"name": workload.name, "namespace": ns, "labels": {JOB_LABEL: workload.kind, **({QUEUE_LABEL: queue} if queue else {})}},
+        "metadata": {"name": workload.name, "namespace": ns, "labels": {JOB_LABEL: workload.kind, **({QUEUE_LABEL: queue, PRIORITY_LABEL: priority or getattr(job, "priority", "normal")} if queue else {})}},
         "spec": {
             "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime", "name": runtime_name},
             "trainer": {

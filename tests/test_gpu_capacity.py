@@ -59,7 +59,7 @@ def test_karpenter_mode_plan_has_release_iam_queue_and_rules():
     run = run_stack("dev")
     rel = releases(run)["karpenter"].inputs
     assert rel["chart"] == "oci://public.ecr.aws/karpenter/karpenter" and rel["version"] == "1.14.1"
-    assert rel["values"]["settings"] == {"clusterName": "training-dev", "interruptionQueue": "training-dev-karpenter"}
+    assert rel["values"]["settings"] == {"clusterName": "training-dev", "interruptionQueue": "training-dev-karpenter", "featureGates": {"nodeRepair": True}}
     assert rel["values"]["affinity"]["nodeAffinity"]  # controller stays on managed node groups
     roles = {r.inputs["name"] for r in run.by_type("aws:iam/role:Role") if "name" in r.inputs}
     assert {"training-dev-karpenter-node", "training-dev-karpenter-controller"} <= roles

@@ -149,7 +149,7 @@ def test_network_policy_enforcement_is_turned_on_in_the_vpc_cni_add_on():
 def test_kueue_objects_validate_against_their_crds_and_cel(need_schemas):
     objs = list(objects(two_teams()).values())
     kinds = {o["kind"] for o in objs if o["apiVersion"] == kq.API_VERSION}
-    assert kinds == {"ResourceFlavor", "ClusterQueue", "LocalQueue"}
+    assert kinds == {"ResourceFlavor", "ClusterQueue", "LocalQueue", "WorkloadPriorityClass"}
     for obj in objs:
         if obj["apiVersion"].startswith("kueue.x-k8s.io/"):
             assert v.crd_schema(obj["apiVersion"], obj["kind"]) is not None

@@ -138,7 +138,7 @@ def test_dry_run_prints_code_configmap_and_valid_trainjob(need_schemas, proj, ca
     assert base64.b64decode(cm["binaryData"]["weights.bin"]) == bytes(range(256))
     assert cm["metadata"]["name"] == tj.code_configmap_name({"train.py": (proj / "train.py").read_text(), "conf__base.yaml": "lr: 0.1\n", "weights.bin": bytes(range(256)), objects.LAUNCHER: launcher})
     assert job["kind"] == "TrainJob" and job["metadata"]["namespace"] == NS
-    assert job["metadata"]["labels"] == {tj.JOB_LABEL: objects.TRAINCTL_KIND, "kueue.x-k8s.io/queue-name": "default"}
+    assert job["metadata"]["labels"] == {tj.JOB_LABEL: objects.TRAINCTL_KIND, "kueue.x-k8s.io/queue-name": "default", "kueue.x-k8s.io/priority-class": "normal"}
     trainer = job["spec"]["trainer"]
     assert trainer["numNodes"] == 3 and trainer["numProcPerNode"] == 1
     launch = f"{tj.CODE_MOUNT}/{objects.LAUNCHER}"

@@ -26,6 +26,7 @@ from config.schema import problems_of, repaired_section, validate_section
 from config.settings import AZ_RE, DNS_LABEL_RE, KUEUE_INCOMPATIBLE_TRAINERS, TF_RUNTIME, TORCH_RUNTIME, EfaSettings, JobBase, Settings, TrainerSettings, TrainJobsSettings
 from manifests import trainer_api
 from manifests import trainjobs as tj
+from manifests.kueue import PRIORITIES
 from manifests.runtimes import BUILDERS
 from manifests.tenants import LOCAL_QUEUE
 from trainctl.code import CodeBundle
@@ -62,6 +63,7 @@ class Request:
     queue: str | None = LOCAL_QUEUE
     efa_zone: str | None = None
     efa_types: tuple[str, ...] = ()  # every EFA type of the cluster (its pools' layouts), from its published facts
+    priority: str | None = None  # Kueue WorkloadPriorityClass; None: the team's default (published facts), else normal
 
 
 # the job-shape keys of the stack's TrainJob model (config/job_models.py JobBase) as trainctl's flags
@@ -97,6 +99,8 @@ def check(req: Request) -> None:
         problems.append(f"--name {req.name!r}: allowed: a lowercase RFC 1035 label (a letter first, then letters, digits, '-'), at most {NAME_MAX} characters")
     if req.trainer_version not in versions.TRAINER_VERSIONS:
         problems.append(f"--trainer-version {req.trainer_version!r}; allowed: {', '.join(versions.TRAINER_VERSIONS)}")
+    if req.priority is not None and req.priority not in PRIORITIES:
+        problems.append(f"--priority {req.priority!r}: allowed: {', '.join(PRIORITIES)}")
     if req.efa_zone is not None and not AZ_RE.fullmatch(req.efa_zone):
         problems.append(f"--efa-zone {req.efa_zone!r}: allowed: an AZ name such as us-west-2a")
     if not req.command:
@@ -119,6 +123,8 @@ def with_facts(req: Request, facts: dict[str, Any] | None, *, instance_type_give
         return req
     pools = facts.get("pools") or []
     changes: dict[str, Any] = {}
+    if req.priority is None and facts.get("defaultPriority"):
+        changes["priority"] = facts["defaultPriority"]
     if not instance_type_given and facts.get("defaultInstanceType"):
         changes["instance_type"] = facts["defaultInstanceType"]
     itype = changes.get("instance_type", req.instance_type)
@@ -205,7 +211,7 @@ def build(req: Request, bundle: CodeBundle) -> tuple[dict, dict]:
     # Kueue cannot run jobs on Trainer v2.1.0 (config/settings.py KUEUE_INCOMPATIBLE_TRAINERS): no queue label there
     queue = req.queue if req.trainer_version not in KUEUE_INCOMPATIBLE_TRAINERS else None
     trainjob = tj.trainjob(
-        workload, job, settings, code_configmap=configmap["metadata"]["name"], runtime_name=runtime_name, queue=queue, entry=entry(req, bundle),
+        workload, job, settings, code_configmap=configmap["metadata"]["name"], runtime_name=runtime_name, queue=queue, entry=entry(req, bundle), priority=req.priority,
     )
     items = bundle.items
     if items:

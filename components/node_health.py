@@ -1,0 +1,33 @@
+"""Bad GPU nodes found: the eks-node-monitoring-agent add-on (self-managed Karpenter mode) reports
+GPU (Xid, DCGM), kernel, network, storage and runtime faults as node conditions, which Karpenter's
+node repair acts on (manifests/gpu_objects.py karpenter_values). EKS Auto Mode runs its own node
+monitoring and repairs its nodes itself (EKS User Guide, "Enable node auto repair and investigate
+node health issues"): nothing is added there."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_aws as aws
+
+import versions
+from components.cluster import Cluster
+from config.settings import Settings
+
+
+class NodeHealth(pulumi.ComponentResource):
+    addon: aws.eks.Addon | None
+
+    def __init__(self, name: str, *, settings: Settings, cluster: Cluster, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("training-platform:infra:NodeHealth", name, None, opts)
+        self.addon = None
+        if settings.gpu_pool.mode == "karpenter":
+            self.addon = aws.eks.Addon(
+                f"{name}-node-monitoring-agent",
+                cluster_name=cluster.eks_cluster.eks_cluster.name,
+                addon_name="eks-node-monitoring-agent",
+                addon_version=versions.NODE_MONITORING_AGENT_ADDON_VERSION,
+                resolve_conflicts_on_create="OVERWRITE",
+                resolve_conflicts_on_update="OVERWRITE",
+                opts=pulumi.ResourceOptions(parent=self, depends_on=list(cluster.node_groups.values())),
+            )
+        self.register_outputs({"nodeMonitoringAgent": self.addon.addon_version if self.addon else None})
