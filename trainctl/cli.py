@@ -3,7 +3,8 @@
     trainctl submit [--dry-run] --namespace NS --nodes N [--gpus-per-node G] [--instance-type T]
                     [--image IMG] [--name NAME] [--runtime torch|tensorflow] CODE_DIR -- COMMAND...
     trainctl submit --local [--nodes N] [--name NAME] CODE_DIR -- COMMAND...   (on this machine)
-    trainctl list | status NAME | logs NAME [--node K] [--follow] | delete NAME | runtimes  (each with --local)
+    trainctl list | status NAME | logs NAME [--node K] [--follow] | delete NAME | diagnose NAME  (each with --local)
+    trainctl runtimes | usage [--since 7d] [--team T] [-A] [--csv]
 
 The kubeconfig comes from ``--kubeconfig``, else ``$KUBECONFIG``, else ``~/.kube/config``; the
 namespace from ``--namespace``, else the kubeconfig context's. Tables for people; ``--output
@@ -24,7 +25,7 @@ from urllib3.exceptions import HTTPError
 
 import versions
 from manifests.tenants import QUEUE_LABEL
-from trainctl import diagnose, local, objects
+from trainctl import diagnose, local, objects, usage
 from trainctl.code import CodeError, collect
 from trainctl.kube import ClusterError, KubeApi, default_namespace, unreachable
 
@@ -87,6 +88,12 @@ def parser() -> Parser:
         _common(p)
         p.add_argument("--local", action="store_true", help="a job run on this machine")
         p.add_argument("name", metavar="NAME")
+    p = sub.add_parser("usage", help="GPU-hours per team and per job over a period, from Kueue's Workloads")
+    _common(p)
+    p.add_argument("--since", default="30d", help="start of the period: a duration such as 7d, 12h, 30m, or a date (default 30d)")
+    p.add_argument("--team", help="only this team")
+    p.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace (platform admins); default: the namespace")
+    p.add_argument("--csv", action="store_true", help="one CSV row per job")
     p = sub.add_parser("diagnose", help="why a TrainJob failed or does not start, with the evidence")
     _common(p)
     p.add_argument("--local", action="store_true", help="a job run on this machine")
@@ -358,6 +365,33 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     return _print_findings(args.name, diagnose.diagnose(ev), args.output)
 
 
+def cmd_usage(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    now = datetime.now(UTC)
+    try:
+        since = usage.since_time(args.since, now)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    cluster = _cluster(args)
+    rs = usage.rows(cluster.all_workloads(all_namespaces=args.all_namespaces), since=since, now=now, team=args.team)
+    return print_usage(rs, since=since, now=now, csv_out=args.csv, output=args.output)
+
+
+def print_usage(rs: list, *, since: Any, now: Any, csv_out: bool, output: str) -> int:
+    if csv_out:
+        sys.stdout.write(usage.to_csv(rs))
+        return 0
+    teams = usage.per_team(rs)
+    if output != "table":
+        emit({"since": since.isoformat(), "until": now.isoformat(), "teams": teams, "jobs": [r.__dict__ | {"start": r.start.isoformat(), "end": r.end.isoformat() if r.end else None} for r in rs]}, output)
+        return 0
+    print(f"GPU-hours {since:%Y-%m-%d %H:%M} to {now:%Y-%m-%d %H:%M} UTC")
+    emit(None, "table", _table("per team", ["TEAM", "GPU-HOURS"], [[t, f"{h:.2f}"] for t, h in teams.items()]))
+    emit(None, "table", _table("per job", ["TEAM", "NAMESPACE", "JOB", "GPUS", "GPU-HOURS", "RUNNING"], [[r.team, r.namespace, r.job, r.gpus, f"{r.gpu_hours:.2f}", "yes" if r.end is None else ""] for r in rs]))
+    return 0
+
+
 def _restarted(cs: dict) -> bool:
     return bool((cs.get("lastState") or {}).get("terminated"))
 
@@ -449,7 +483,7 @@ def cmd_runtimes(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"list": cmd_list, "status": cmd_status, "logs": cmd_logs, "delete": cmd_delete, "runtimes": cmd_runtimes, "diagnose": cmd_diagnose}
+COMMANDS = {"list": cmd_list, "status": cmd_status, "logs": cmd_logs, "delete": cmd_delete, "runtimes": cmd_runtimes, "diagnose": cmd_diagnose, "usage": cmd_usage}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -249,6 +249,18 @@ class KubeApi:
             raise ClusterError(f"listing workloads: {api_message(err)}") from None
         return [w for w in found.get("items", []) if w["metadata"]["name"].startswith(f"trainjob-{name}-")]
 
+    def all_workloads(self, *, all_namespaces: bool) -> list[dict]:
+        """Kueue's Workloads of this namespace, or of every namespace (platform admins)."""
+        what = "listing workloads" + (" in every namespace" if all_namespaces else f" in {self.namespace}")
+        try:
+            if all_namespaces:
+                found: Any = self.custom.list_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "workloads")
+            else:
+                found = self.custom.list_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", self.namespace, "workloads")
+        except ApiException as err:
+            raise ClusterError(f"{what}: {api_message(err)}") from None
+        return found.get("items", [])
+
     def nodes(self, names: set[str]) -> list[dict]:
         """The named nodes a team may read (none where RBAC says no: a team has no cluster scope)."""
         out = []
