@@ -5,6 +5,7 @@ Reads like a table of contents: config -> settings -> AWS components -> Kubernet
 
 import pulumi
 
+from components.alarms import Alarms
 from components.cluster import Cluster
 from components.deploy_state import TRAINER_VERSION, parameter_name, read_parameter, trainer_switch_error
 from components.gpu_aws import GpuAws
@@ -47,6 +48,10 @@ trainer = Trainer("trainer", settings=settings.trainer, cluster_name=cluster.nam
 kueue = Kueue("kueue", settings=settings, trainer=trainer, provider=cluster.provider) if settings.kueue_enabled else None
 # metrics, logs and dashboard (observability.mode), the GPU smoke check, cleanup of finished TrainJobs
 observability = Observability("observability", settings=settings, cluster=cluster, gpu_aws=gpu_aws, capacity=capacity, trainer=trainer, tags=tags)
+# failed and stalled TrainJobs, idle GPUs and nodes not ready, on an SNS topic (prometheus mode: alert rules)
+if observability.cloudwatch is not None and settings.observability.alarms.enabled:
+    alarms = Alarms("alarms", settings=settings, cluster_name=cluster.name, log_groups=observability.cloudwatch.log_groups, tags=tags)
+    pulumi.export("alarmTopic", alarms.topic.arn)
 storage = CheckpointStorage("checkpoints", settings=settings, cluster=cluster, network=network, node_role_arns=[*cluster.node_role_arns, *gpu_aws.node_role_arns], tags=tags) if settings.trainjobs.jobs() or settings.tenants.teams() else None
 # the training image is built (workloads/ -> the stack's ECR repository) unless every job brings its own
 training_image = TrainingImage("workloads", cluster_name=settings.cluster_name, tags=tags) if storage and any(j.image is None for j in settings.trainjobs.jobs().values()) else None

@@ -10,6 +10,7 @@ import versions
 from components.helm import release
 from components.resources import apply_manifest
 from config.settings import Settings
+from manifests.alerts import alert_rules
 from manifests.operations import MONITORING_NAMESPACE, dcgm_exporter_values, grafana_dashboard, grafana_dashboard_configmap, kube_prometheus_stack_values
 
 
@@ -37,5 +38,7 @@ class PrometheusMonitoring(pulumi.ComponentResource):
             "dcgm-exporter", chart=versions.DCGM_EXPORTER_CHART, repo=versions.DCGM_EXPORTER_REPO, version=versions.DCGM_EXPORTER_VERSION,
             namespace=MONITORING_NAMESPACE, values=dcgm_exporter_values(), opts=o(self.stack),
         )
+        if settings.observability.alarms.enabled:
+            self.rules = apply_manifest(alert_rules(settings), o(self.stack))
         self.dashboard = apply_manifest(grafana_dashboard_configmap(grafana_dashboard(training_namespaces=settings.training_namespaces())), o(self.stack))
         self.register_outputs({"namespace": MONITORING_NAMESPACE})

@@ -81,6 +81,9 @@ SSM_PARAMETER = NameRule(1011 - 64, r"[A-Za-z0-9_./-]", "SSM API Reference / Clo
 # ECR repository names are lowercase; the API's pattern also wants every '.', '_', '-' or '/'
 # between two alphanumerics, which names made of a cluster name and a suffix keep.
 ECR_REPOSITORY = NameRule(256, r"[a-z0-9._/-]", "ECR API Reference, CreateRepository: repositoryName length 2-256, lowercase letters, digits and . _ - / (pattern (?:[a-z0-9]+(?:[._-][a-z0-9]+)*/)*[a-z0-9]+(?:[._-][a-z0-9]+)*)")
+SNS_TOPIC = NameRule(256, r"[A-Za-z0-9_-]", "SNS API Reference, CreateTopic: Name 1-256 ASCII letters, digits, underscores and hyphens")
+METRIC_ALARM = NameRule(255, r"[\x20-\x7e]", "CloudWatch API Reference, PutMetricAlarm: AlarmName length 1-255")
+METRIC_FILTER = NameRule(512, r"[^:*]", "CloudWatch Logs API Reference, PutMetricFilter: filterName length 1-512, pattern [^:*]*")
 # Not a resource name, but the one other string derived from the cluster name that has a limit:
 # the "Name" tag (tag values at most 256 Unicode characters; AWS tagging restrictions).
 TAG_VALUE = NameRule(256, r"[\s\S]", "AWS tagging restrictions (e.g. EC2 / Batch user guides): tag value at most 256 Unicode characters")
@@ -101,4 +104,8 @@ NAME_RULES: dict[tuple[str, str], NameRule] = {
     ("aws:cloudwatch/logGroup:LogGroup", "name"): LOG_GROUP,
     ("aws:ssm/parameter:Parameter", "name"): SSM_PARAMETER,
     ("aws:ecr/repository:Repository", "name"): ECR_REPOSITORY,
+    ("aws:sns/topic:Topic", "name"): SNS_TOPIC,
+    ("aws:cloudwatch/metricAlarm:MetricAlarm", "name"): METRIC_ALARM,
+    ("aws:cloudwatch/logMetricFilter:LogMetricFilter", "name"): METRIC_FILTER,
+    ("aws:cloudwatch/logMetricFilter:LogMetricFilter", "logGroupName"): LOG_GROUP,
 }

@@ -92,11 +92,26 @@ class KueueSettings(Section):
 LOG_RETENTION_DAYS = _FLOW_LOG_RETENTION[1:]
 
 
+_EMAIL_RE = re.compile(r"^[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}$", re.ASCII)
+_HTTPS_RE = re.compile(r"^https://[A-Za-z0-9.-]+(:\d+)?(/[!-~]*)?$", re.ASCII)
+
+
+class AlarmsSettings(Section):
+    """Where the platform's alarms go: an SNS topic the stack owns, with these subscriptions."""
+
+    enabled: Bool = opt(True, "CloudWatch alarms on an SNS topic (cloudwatch mode) or alert rules (prometheus mode): failed and stalled TrainJobs, GPUs held idle, GPU nodes not ready")
+    emails: list[str] = opt([], "e-mail subscriptions of the alarm topic (each confirms by mail)", check=_pattern(_EMAIL_RE, "e-mail addresses such as oncall@example.com"))
+    https_endpoints: list[str] = opt([], "HTTPS subscriptions of the alarm topic (a pager's or chat's webhook)", check=_pattern(_HTTPS_RE, "https:// URLs"))
+    idle_gpu_percent: Int = opt(5, "GPUs held but idle: average GPU utilization of the cluster's GPU nodes below this for idleMinutes", ge=1, le=100)
+    idle_minutes: Int = opt(60, "how long GPUs may sit idle before the alarm", ge=10, le=1440)
+
+
 class ObservabilitySettings(Section):
     mode: Literal["cloudwatch", "prometheus", "none"] = opt(
         "cloudwatch",
         "metrics and logs: the amazon-cloudwatch-observability EKS add-on (Container Insights with GPU/EFA metrics, Fluent Bit logs) and a CloudWatch dashboard; prometheus: dcgm-exporter and kube-prometheus-stack; none: neither",
     )
+    alarms: AlarmsSettings = opt(AlarmsSettings(), "alarms and where they go")
     log_retention_days: Int = opt(
         30,
         "days CloudWatch keeps the Container Insights log groups (application, dataplane, host, performance); cloudwatch mode",

@@ -91,8 +91,10 @@ def test_a_full_volume_prunes_older_checkpoints_then_stops_for_good(tmp_path, mo
     with pytest.raises(SystemExit) as stop:
         writer.save(8, {"epoch": 0}, full)
     assert stop.value.code == trainlib.EXIT_BAD_CONFIG  # non-retryable: no crash loop
-    err = capsys.readouterr().err
+    captured = capsys.readouterr()
+    err = captured.err
     assert "checkpoint volume full while saving step 8" in err and "removing" in err
+    assert trainlib.ALERT_TOKENS["failed"] in captured.out  # the line the "failed TrainJobs" alarm counts
     assert [s for s, _ in checkpoints.list_checkpoints(root)] == [6]  # older ones pruned, the newest kept
     assert not os.path.exists(os.path.join(root, ".tmp-step-00000008"))
     assert exit_file.read_text().strip() == "3"

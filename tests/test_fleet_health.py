@@ -56,3 +56,53 @@ def test_a_stack_job_takes_its_configured_priority():
 def test_without_kueue_no_priority_label():
     run = run_stack("dev")
     assert all(kq.PRIORITY_LABEL not in o["metadata"].get("labels", {}) for o in objects(run).values() if o["kind"] == "TrainJob")
+
+
+def test_alarms_on_a_topic_with_their_metrics_and_thresholds():
+    run = run_config(dev_config(tenants=TEAMS, observability={"alarms": {"emails": ["oncall@example.com"], "httpsEndpoints": ["https://hooks.example.com/x"]}}))
+    topic = run.one("aws:sns/topic:Topic")
+    assert topic.inputs["kmsMasterKeyId"] == "alias/aws/sns"
+    subs = {(s.inputs["protocol"], s.inputs["endpoint"]) for s in run.by_type("aws:sns/topicSubscription:TopicSubscription")}
+    assert subs == {("email", "oncall@example.com"), ("https", "https://hooks.example.com/x")}
+    alarms = {a.name.removeprefix("alarms-"): a.inputs for a in run.by_type("aws:cloudwatch/metricAlarm:MetricAlarm")}
+    assert len(alarms) >= 3 and all(a["alarmActions"] == [topic.state["arn"]] for a in alarms.values())
+    expected = {
+        "trainjobs-failed": ("TrainingPlatform", "TrainJobsFailed", "Sum", "GreaterThanOrEqualToThreshold", 1),
+        "trainjobs-stalled": ("TrainingPlatform", "TrainJobsStalled", "Sum", "GreaterThanOrEqualToThreshold", 1),
+        "gpus-idle": ("ContainerInsights", "node_gpu_utilization", "Average", "LessThanThreshold", 5),
+        "nodes-not-ready": ("ContainerInsights", "cluster_failed_node_count", "Maximum", "GreaterThanThreshold", 0),
+    }
+    for key, (ns, metric, stat, op, threshold) in expected.items():
+        a = alarms[key]
+        assert (a["namespace"], a["metricName"], a["statistic"], a["comparisonOperator"], a["threshold"]) == (ns, metric, stat, op, threshold), key
+        assert a["treatMissingData"] == "notBreaching"  # no GPU node or no job: no alarm
+    assert alarms["gpus-idle"]["period"] * alarms["gpus-idle"]["evaluationPeriods"] == 60 * 60  # idleMinutes 60
+    filters = {f.inputs["metricTransformation"]["name"]: f.inputs["pattern"] for f in run.by_type("aws:cloudwatch/logMetricFilter:LogMetricFilter")}
+    assert set(filters) == {"TrainJobsFailed", "TrainJobsStalled"}
+
+
+def test_the_metric_filters_match_the_lines_the_programs_print():
+    """The filter's pattern is a quoted term: CloudWatch Logs matches it as a substring of the
+    event (Filter and pattern syntax); Fluent Bit ships the line inside a JSON "log" field, its
+    quotes escaped. The programs' own metric lines must contain it."""
+    import json
+
+    import trainlib
+
+    from components.alarms import ALERT_TOKENS, metric_filters
+
+    assert ALERT_TOKENS == trainlib.ALERT_TOKENS  # one list, on both sides of the pipe
+    for kind, f in metric_filters("c").items():
+        term = json.loads(f["pattern"])  # the quoted term, as CloudWatch reads it
+        assert term.isidentifier()  # nothing an escape could change
+        line = trainlib.metric_line(kind, job="j", node=0, rank=0, alert=trainlib.ALERT_TOKENS[kind])
+        shipped = json.dumps({"log": line, "stream": "stdout"})  # what Fluent Bit sends
+        assert term in shipped and term in line, (term, shipped)
+
+
+def test_prometheus_mode_has_the_same_alerts_as_rules():
+    run = run_config(dev_config(observability={"mode": "prometheus"}))
+    rule = next(o for o in objects(run).values() if o["kind"] == "PrometheusRule")
+    alerts = {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert alerts == {"TrainJobFailed", "TrainJobStalled", "GpusHeldIdle", "NodeNotReady"}
+    assert not run.by_type("aws:cloudwatch/metricAlarm:MetricAlarm")

@@ -58,7 +58,8 @@ def diff(stack: str) -> list[str]:
 def urn_diff(stack: str) -> list[str]:
     want = set(urn_file(stack).read_text().splitlines()) if urn_file(stack).exists() else set()
     got = set(urns(stack).splitlines())
-    return [f"{stack}: new URN {u}" for u in sorted(got - want)] + [f"{stack}: URN gone (the resource would be replaced or deleted) {u}" for u in sorted(want - got)]
+    # a new URN is a new resource (review it with `make golden`); a gone one would be replaced or deleted
+    return [f"{stack}: URN gone (the resource would be replaced or deleted) {u}" for u in sorted(want - got)]
 
 
 def update(stack: str) -> None:

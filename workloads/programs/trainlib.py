@@ -120,6 +120,8 @@ class Progress:
             idle = time.monotonic() - self.last_at
             if idle > timeout:
                 print(f"stalled: no step progress for {idle:.0f} s after step {self.last_step} (limit {timeout:.0f} s): a hung collective or node; stopping", file=sys.stderr, flush=True)
+                # the metric the platform's "stalled TrainJobs" alarm counts (components/alarms.py)
+                print(metric_line("stalled", job=job_name(), node=node_rank(), rank=_rank(), step=self.last_step, idle_s=round(idle), alert=ALERT_TOKENS["stalled"]), flush=True)
                 _record_exit(STALLED_EXIT)
                 os._exit(STALLED_EXIT)
 
@@ -278,9 +280,20 @@ def _record_exit(code: int) -> None:
             fh.write(f"{code}\n")
 
 
+# A word the alarms' log metric filters look for (components/alarms.py): no quotes or punctuation,
+# so it reads the same in the line and in the JSON record Fluent Bit ships it in
+ALERT_TOKENS = {"failed": "TRAINING_PLATFORM_JOB_FAILED", "stalled": "TRAINING_PLATFORM_JOB_STALLED"}
+
+
+def _rank() -> int:
+    return int(os.environ.get("RANK", 0))
+
+
 def fail_config(message: str) -> NoReturn:
     """Stop for good: the job can never succeed with this configuration or data."""
     print(f"error: {message}", file=sys.stderr, flush=True)
+    # the metric the platform's "failed TrainJobs" alarm counts (components/alarms.py)
+    print(metric_line("failed", job=job_name(), node=node_rank(), rank=_rank(), exit_code=EXIT_BAD_CONFIG, alert=ALERT_TOKENS["failed"]), flush=True)
     _record_exit(EXIT_BAD_CONFIG)
     sys.exit(EXIT_BAD_CONFIG)
 
