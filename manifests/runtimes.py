@@ -69,7 +69,14 @@ EFA_ENV = [
     {"name": "FI_EFA_FORK_SAFE", "value": "1"},
     {"name": "NCCL_NET_GDR_LEVEL", "value": "SYS"},
 ]
-BASE_ENV = [{"name": "PYTHONUNBUFFERED", "value": "1"}, {"name": "NCCL_DEBUG", "value": "WARN"}]
+BASE_ENV = [
+    {"name": "PYTHONUNBUFFERED", "value": "1"},
+    {"name": "NCCL_DEBUG", "value": "WARN"},
+    # the launcher's preflight (workloads/programs/launch.py): the node's GPUs and EFA devices
+    # against what the job requested, and a short GPU check, before training starts
+    {"name": "TRAINING_PREFLIGHT", "value": "1"},
+    {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+]
 
 # Initializers write under /workspace (manifests.trainer_api.INITIALIZER_WORKSPACE). Their volume is the
 # namespace's RWX checkpoint claim, not a per-job scratch claim: it outlives the JobSet, so a

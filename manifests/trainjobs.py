@@ -48,6 +48,12 @@ def _stall_env(job: JobBase) -> list[dict]:
     return [{"name": STALL_ENV, "value": str(timeout)}] if timeout else []
 
 
+def _preflight_env(job: JobBase, efa_devices: int) -> list[dict]:
+    """What the node's preflight checks against (workloads/programs/launch.py)."""
+    env = [{"name": "TRAINING_EXPECTED_GPUS", "value": str(job_gpus_per_node(job))}]
+    return env + ([{"name": "TRAINING_EXPECTED_EFA", "value": str(efa_devices)}] if efa_devices else [])
+
+
 @dataclass(frozen=True)
 class Workload:
     """A job kind: where its settings live, what it runs and on which runtime.
@@ -324,7 +330,7 @@ def trainjob(
                 "numNodes": job.num_nodes,
                 "resourcesPerNode": resources_per_node(job, settings),
                 # with initializers the program reads data and models from disk: never the hub
-                "env": [*job_env(job, settings), *([{"name": "HF_HUB_OFFLINE", "value": "1"}] if init else []), {"name": JOB_NAME_ENV, "value": workload.name}, *_stall_env(job)],
+                "env": [*job_env(job, settings), *([{"name": "HF_HUB_OFFLINE", "value": "1"}] if init else []), {"name": JOB_NAME_ENV, "value": workload.name}, *_stall_env(job), *_preflight_env(job, efa_devices(job, settings))],
             },
             **({"initializer": init} if init else {}),
             field: value,

@@ -14,6 +14,7 @@ Usage: python3 launch.py torchrun train.py [args...]
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -36,6 +37,90 @@ def recorded_exit_code(path: str) -> int | None:
     if worst:
         return max(worst)
     return next((c for c in (PREEMPTED, STALLED) if c in codes), None)
+
+
+PREFLIGHT_ENV = "TRAINING_PREFLIGHT"  # "1" in every GPU runtime (manifests/runtimes.py)
+EXPECTED_GPUS_ENV = "TRAINING_EXPECTED_GPUS"  # what the TrainJob requested per node (manifests/trainjobs.py)
+EXPECTED_EFA_ENV = "TRAINING_EXPECTED_EFA"
+PREFLIGHT_FAILED = 5  # retryable: the restarted job should land on a healthy node
+
+
+def count_gpus() -> int:
+    """GPUs this container sees: ``nvidia-smi -L`` (the driver's own list), else torch's count."""
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60)
+        if out.returncode == 0:
+            return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except ImportError:
+        return 0
+
+
+def count_efa(dev: str = "/dev/infiniband") -> int:
+    """EFA devices this container got (the EFA device plugin mounts one uverbs device each)."""
+    try:
+        return sum(1 for name in os.listdir(dev) if name.startswith("uverbs"))
+    except OSError:
+        return 0
+
+
+def gpu_health(gpus: int) -> str | None:
+    """A short check of every GPU: DCGM's quick diagnostic where the image has dcgmi, else a
+    matmul on each GPU compared with the CPU's. None when healthy, else what failed."""
+    if gpus == 0:
+        return None
+    if shutil.which("dcgmi"):
+        out = subprocess.run(["dcgmi", "diag", "-r", "1"], capture_output=True, text=True, timeout=600)
+        return None if out.returncode == 0 else f"dcgmi diag -r 1 failed: {out.stdout.strip().splitlines()[-1] if out.stdout.strip() else out.returncode}"
+    try:
+        import torch
+    except ImportError:
+        return None
+    a, b = torch.randn(512, 512), torch.randn(512, 512)
+    want = a @ b
+    for i in range(gpus):
+        try:
+            got = (a.to(f"cuda:{i}") @ b.to(f"cuda:{i}")).cpu()
+        except Exception as err:  # noqa: BLE001 - a broken GPU raises whatever CUDA raises
+            return f"GPU {i}: {type(err).__name__}: {err}"
+        if not torch.allclose(got, want, rtol=1e-2, atol=1e-2):
+            return f"GPU {i}: a matmul differs from the CPU's"
+    return None
+
+
+def preflight(env: dict, *, gpus=count_gpus, efa=count_efa, health=gpu_health) -> str | None:
+    """What this node was promised against what it has: None, or why it cannot run the job."""
+    expected_gpus, expected_efa = int(env.get(EXPECTED_GPUS_ENV) or 0), int(env.get(EXPECTED_EFA_ENV) or 0)
+    found = gpus() if expected_gpus else 0
+    if found != expected_gpus:
+        return f"{found} GPUs visible, the job requested {expected_gpus}"
+    found_efa = efa() if expected_efa else 0
+    if found_efa != expected_efa:
+        return f"{found_efa} EFA devices, the job's layout needs {expected_efa}"
+    return health(found)
+
+
+def run_preflight(env: dict) -> int | None:
+    """The preflight where the runtime asks for it: a failure is one line naming the node (also the
+    container's termination message) and a retryable exit."""
+    if env.get(PREFLIGHT_ENV) != "1":
+        return None
+    problem = preflight(env)
+    if problem is None:
+        return None
+    message = f"preflight failed on node {env.get('NODE_NAME', '?')}: {problem}"
+    print(message, file=sys.stderr, flush=True)
+    try:
+        with open("/dev/termination-log", "w") as fh:
+            fh.write(message)
+    except OSError:
+        pass
+    return PREFLIGHT_FAILED
 
 
 def worker(argv: list[str]) -> int:
@@ -64,6 +149,9 @@ def main(argv: list[str]) -> int:
     if not argv:
         print("usage: launch.py COMMAND [ARGS...] | launch.py --worker COMMAND [ARGS...]", file=sys.stderr)
         return 2
+    failed = run_preflight(dict(os.environ))
+    if failed is not None:
+        return failed
     fd, exit_file = tempfile.mkstemp(prefix="training-exit-")
     os.close(fd)
     env = {**os.environ, EXIT_FILE_ENV: exit_file}
