@@ -61,7 +61,7 @@ def test_failure_beyond_max_restarts_fails_the_job(tmp_path):
     job.max_restarts = 0
     r = emulate(job, fail_node=0, fail_at_step=3, timeout_s=300, quiet=True)
     assert r["status"] == "Failed" and r["restarts"] == 0 and r["reason"] == "ReachedMaxRestarts"
-    assert "status=Failed" in summary_line(r) and summary_line(r).endswith(" reason=ReachedMaxRestarts")
+    assert "status=Failed" in summary_line(r) and " reason=ReachedMaxRestarts failed_pod=" in summary_line(r)  # and which node, with its exit code
 
 
 @pytest.mark.parametrize(("extra", "code"), [(["--batch-size", "0"], 2), (["--synthetic-samples", "1"], 3)], ids=["bad-args", "bad-config"])

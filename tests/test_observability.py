@@ -197,7 +197,7 @@ def test_training_programs_metric_lines_parse_and_carry_job_and_node_rank(tmp_pa
     assert result["status"] == "Complete" and result["restarts"] == 1
     records = []
     for line in capsys.readouterr().out.splitlines():
-        m = re.match(r"^\[(?:attempt \d+ )?node (\d+)\] (.*)$", line)
+        m = re.match(r"^\[(?:attempt \d+ )?node (\d+)(?: ranks? [\d-]+)?\] (.*)$", line)
         if m and (rec := trainlib.parse_metric_line(m.group(2))):
             assert rec["node_rank"] == int(m.group(1))  # each node labels its own lines
             records.append(rec)

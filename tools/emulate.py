@@ -154,6 +154,8 @@ def _pod_env(job: Job, extra: dict[str, str], tmp: str, fault: tuple[str, int] |
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")  # torchrun of this environment
     os.makedirs(tmp, exist_ok=True)
     env.update(TMPDIR=tmp, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    # CPU nodes: the launcher's preflight finds no GPUs or EFA devices, and expects none here
+    env.update(TRAINING_EXPECTED_GPUS="0", TRAINING_EXPECTED_EFA="0", NODE_NAME="emulated")
     return env
 
 
