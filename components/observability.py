@@ -122,7 +122,7 @@ def _training(query: str, kind: str) -> str:
 _METRIC_KEY = "training_metric"  # workloads/programs/trainlib.py METRIC_KEY
 
 
-def dashboard_body(*, cluster_name: str, region: str, training_namespaces: list[str], karpenter: bool) -> dict:
+def dashboard_body(*, cluster_name: str, region: str, training_namespaces: list[str], karpenter: bool, teams: dict[str, str] | None = None) -> dict:
     """The CloudWatch dashboard (PutDashboard's DashboardBody: ``widgets`` with ``type``, ``x``, ``y``,
     ``width``, ``height``, ``properties``): GPU utilisation and memory per node, EFA bytes per node,
     pending and failed pods in the training namespaces, job attempts, nodes (and Karpenter's
@@ -150,6 +150,10 @@ def dashboard_body(*, cluster_name: str, region: str, training_namespaces: list[
         _log_widget("Step time and peak memory per node (latest)", region, app, _training(
             "stats latest(log_processed.step_time_s) as step_time_s, max(log_processed.memory_gib) as memory_gib by log_processed.job, log_processed.node_rank", "step"), view="table"),
     ]
+    for team, ns in sorted((teams or {}).items()):  # showback: what each team holds (trainctl usage: GPU-hours)
+        in_ns = ' Namespace="' + ns + '"'
+        gpus = _search(cluster_name, pods, "pod_gpu_request", "Maximum", in_ns)
+        widgets.append(_metric_widget(f"Team {team}: GPUs requested by its pods", region, [(f"SUM({gpus})", "GPUs")]))
     if karpenter:
         widgets.append(_log_widget("GPU nodes launched by Karpenter", region, app, (
             f"filter kubernetes.namespace_name = '{KARPENTER_NAMESPACE}' and log_processed.message = 'launched nodeclaim' | stats count(*) as launched by bin(5m)"
@@ -197,7 +201,10 @@ class CloudWatchObservability(pulumi.ComponentResource):
             # its agents need their credentials and find their log groups (with retention) in place
             opts=o(association, *self.log_groups, *cluster.node_groups.values()),
         )
-        body = dashboard_body(cluster_name=cluster_name, region=settings.region, training_namespaces=settings.training_namespaces(), karpenter=settings.gpu_pool.mode == "karpenter")
+        body = dashboard_body(
+            cluster_name=cluster_name, region=settings.region, training_namespaces=settings.training_namespaces(), karpenter=settings.gpu_pool.mode == "karpenter",
+            teams={team: settings.tenants.namespace_of(team) for team in settings.tenants.teams()},
+        )
         self.dashboard = aws.cloudwatch.Dashboard(f"{name}-dashboard", dashboard_name=dashboard_name(cluster_name), dashboard_body=json.dumps(body, sort_keys=True), opts=o())
         self.register_outputs({"dashboard": dashboard_name(cluster_name), "logGroups": [log_group_name(cluster_name, k) for k in LOG_GROUP_KINDS]})
 

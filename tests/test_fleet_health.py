@@ -106,3 +106,15 @@ def test_prometheus_mode_has_the_same_alerts_as_rules():
     alerts = {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]}
     assert alerts == {"TrainJobFailed", "TrainJobStalled", "GpusHeldIdle", "NodeNotReady"}
     assert not run.by_type("aws:cloudwatch/metricAlarm:MetricAlarm")
+
+
+def test_the_dashboard_has_a_widget_per_team():
+    import json
+
+    run = run_config(dev_config(tenants=TEAMS))
+    body = json.loads(run.one("aws:cloudwatch/dashboard:Dashboard").inputs["dashboardBody"])
+    titles = [w["properties"]["title"] for w in body["widgets"]]
+    for team in TEAMS:
+        widget = next(w for w in body["widgets"] if w["properties"]["title"] == f"Team {team}: GPUs requested by its pods")
+        assert f'Namespace="{team}"' in widget["properties"]["metrics"][0][0]["expression"]
+    assert len(titles) == len(set(titles))
