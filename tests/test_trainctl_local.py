@@ -34,6 +34,16 @@ def wait_done(name: str, timeout: float = 240) -> dict:
     raise AssertionError(f"local job {name} still running after {timeout} s")
 
 
+def submit_and_wait(tmp_path, capsys, name: str, script: str) -> dict:
+    """A code directory with ``script`` as train.py, submitted --local on 2 nodes; its end."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "train.py").write_text(script)
+    rc, _, err = run(capsys, "submit", "--local", "--nodes", "2", "--name", name, str(proj), "--", "python", "train.py")
+    assert rc == 0, err
+    return wait_done(name)
+
+
 @pytest.fixture
 def home(tmp_path, monkeypatch) -> pathlib.Path:
     monkeypatch.setenv(local.HOME_ENV, str(tmp_path / "state"))
@@ -58,12 +68,7 @@ print("saved to", d, flush=True)
 
 @pytest.mark.slow
 def test_a_non_retryable_exit_fails_at_once_and_its_logs_are_readable(home, tmp_path, capsys):
-    proj = tmp_path / "proj"
-    proj.mkdir()
-    (proj / "train.py").write_text(EXIT_3)
-    rc, out, err = run(capsys, "submit", "--local", "--nodes", "2", "--name", "exits-three", str(proj), "--", "python", "train.py")
-    assert rc == 0, err
-    r = wait_done("exits-three")
+    r = submit_and_wait(tmp_path, capsys, "exits-three", EXIT_3)
     assert r["phase"] == "Failed" and r["restarts"] == 0 and r["reason"] == "FailJobSetFailurePolicyAction"
     assert r["failure"]["exit_code"] == 3 and r["failure"]["where"] == "node 1 (rank 1)"
     assert "bad config: column 'text' not found" in r["failure"]["last_lines"]
@@ -84,12 +89,7 @@ def test_a_non_retryable_exit_fails_at_once_and_its_logs_are_readable(home, tmp_
 def test_code_writing_mnt_checkpoints_writes_the_jobs_volume(home, tmp_path, capsys):
     host = pathlib.Path("/mnt/checkpoints")
     before = sorted(host.rglob("*")) if host.exists() else None
-    proj = tmp_path / "proj"
-    proj.mkdir()
-    (proj / "train.py").write_text(WRITES_CHECKPOINTS)
-    rc, _, err = run(capsys, "submit", "--local", "--nodes", "2", "--name", "writer", str(proj), "--", "python", "train.py")
-    assert rc == 0, err
-    r = wait_done("writer")
+    r = submit_and_wait(tmp_path, capsys, "writer", WRITES_CHECKPOINTS)
     if r["phase"] != "Complete":
         pytest.fail("".join(local.logs("writer", node=None, follow=False)))
     volume = local.job_dir("writer") / "work" / "volumes" / "checkpoints" / "writer"
