@@ -57,3 +57,17 @@ def test_a_healthy_running_job_has_no_findings():
         log_lines={"j-node-0-0": ["epoch 0 step 10: loss 2.1"]},
     )
     assert diagnose(healthy) == []
+
+
+def test_progress_and_eta_from_a_pods_lines():
+    from trainctl.local import progress_of
+
+    lines = [
+        "epoch 0",
+        'TRAINING_EVENT {"epoch": 0, "eta_s": 12.5, "event": "step", "loss": 2.1, "step": 4, "total_steps": 12}',
+        '{"training_metric": "step", "step": 4}',
+        'TRAINING_EVENT {"epoch": 0, "eta_s": 6.0, "event": "step", "loss": 1.9, "step": 8, "total_steps": 12}',
+        'TRAINING_EVENT {"event": "checkpoint", "step": 8}',
+    ]
+    assert progress_of(lines) == {"step": 8, "total_steps": 12, "eta_s": 6.0, "loss": 1.9}
+    assert progress_of(["no events"]) is None

@@ -137,3 +137,14 @@ def test_a_node_hung_in_a_collective_is_stopped_with_a_reason_and_the_job_restar
     )
     assert done.returncode == 0 and "status=Complete" in done.stdout.strip().splitlines()[-1], done.stdout[-3000:]
     assert "no step progress for" in done.stdout and re.search(r"exit codes \{[^}]*: 124", done.stdout)
+
+
+@pytest.mark.slow
+def test_a_full_checkpoint_volume_stops_the_job_once_with_a_clear_message():
+    done = subprocess.run(
+        [sys.executable, "-m", "tools.emulate", "--stack", "dev", "--job", "ddp", "--fill-volume-at-step", "4", "--quiet"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    summary = done.stdout.strip().splitlines()[-1]
+    assert done.returncode == 1 and "status=Failed" in summary and "restarts=0" in summary and "exit_code=3" in summary, done.stdout[-3000:]
+    assert "checkpoint volume full while saving step 4" in done.stdout and "basic_ios" not in done.stdout

@@ -142,7 +142,7 @@ def jobset_rule(failure_policy: dict | None, replicated_job: str, reason: str, m
 
 
 # the programs' fault hooks (workloads/programs/trainlib.py): the node SIGKILLed, or told to stop (SIGTERM)
-FAULT_KINDS = {"kill": FAULT_ENV, "preempt": "TRAINING_PREEMPT_AT_STEP", "hang": "TRAINING_FAULT_HANG_AT_STEP"}
+FAULT_KINDS = {"kill": FAULT_ENV, "preempt": "TRAINING_PREEMPT_AT_STEP", "hang": "TRAINING_FAULT_HANG_AT_STEP", "full": "TRAINING_FAULT_DISK_FULL_AT_STEP"}
 STALL_ENV = "TRAINING_STALL_TIMEOUT_S"
 
 
@@ -296,7 +296,7 @@ def run_attempt(job: Job, attempt_no: int, fail: dict | None, timeout_s: float, 
     inject = fail if fail is not None and not fail.get("done") else None  # the failure this attempt injects
     if inject is not None:
         inject["done"] = True  # once: later attempts run clean
-        what = {"kill": "SIGKILLed", "preempt": "sent SIGTERM (preempted)", "hang": "hung (it stops before the next collective)"}[inject["kind"]]
+        what = {"kill": "SIGKILLed", "preempt": "sent SIGTERM (preempted)", "hang": "hung (it stops before the next collective)", "full": "out of checkpoint space (its save fails: the volume is full)"}[inject["kind"]]
         print(f"emulate: node {inject['node']} will be {what} at step {inject['step']}", flush=True)
 
     def fault_step(n: int) -> tuple[str, int] | None:
@@ -339,7 +339,7 @@ def check_fail_step(step: int, last_step: int | None) -> None:
 
 def emulate(
     job: Job, *, fail_node: int | None, fail_at_step: int | None, timeout_s: float = 900, quiet: bool = False, preempt_node: int | None = None, preempt_at_step: int | None = None,
-    hang_node: int | None = None, hang_at_step: int | None = None, stall_timeout: int | None = None,
+    hang_node: int | None = None, hang_at_step: int | None = None, stall_timeout: int | None = None, fill_volume_at_step: int | None = None,
 ) -> dict:
     check_fault(job, fail_node, fail_at_step)
     check_fault(job, preempt_node, preempt_at_step)
@@ -349,6 +349,9 @@ def emulate(
     if hang_node is not None and hang_at_step is not None:
         check_fault(job, hang_node, hang_at_step)
         fail = {"node": hang_node, "step": hang_at_step, "kind": "hang"}
+    if fill_volume_at_step is not None:  # every node: the shared volume is full for all of them
+        check_fail_step(fill_volume_at_step, job.last_step)
+        job.env[FAULT_KINDS["full"]] = str(fill_volume_at_step)
     if stall_timeout is not None:
         job.env[STALL_ENV] = str(stall_timeout)
     restarts = counted = 0
@@ -431,6 +434,7 @@ def main(argv=None) -> int:
     ap.add_argument("--preempt-at-step", type=int)
     ap.add_argument("--hang-node", type=int, help="with --hang-at-step: this node stops after that step, so every node blocks in the next collective")
     ap.add_argument("--hang-at-step", type=int)
+    ap.add_argument("--fill-volume-at-step", type=int, help="the checkpoint volume is full at that step's save (every node): the job must stop with a clear message, not crash-loop")
     ap.add_argument("--stall-timeout", type=int, help="seconds without step progress before a node stops (default: the TrainJob's TRAINING_STALL_TIMEOUT_S)")
     ap.add_argument("--work-dir", help="local volumes, kept (default: a temporary directory, removed at the end)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per attempt")
@@ -468,7 +472,7 @@ def main(argv=None) -> int:
             )
             r = emulate(
                 job, fail_node=args.fail_node, fail_at_step=args.fail_at_step, timeout_s=args.timeout, quiet=args.quiet, preempt_node=args.preempt_node, preempt_at_step=args.preempt_at_step,
-                hang_node=args.hang_node, hang_at_step=args.hang_at_step, stall_timeout=args.stall_timeout,
+                hang_node=args.hang_node, hang_at_step=args.hang_at_step, stall_timeout=args.stall_timeout, fill_volume_at_step=args.fill_volume_at_step,
             )
     except EmulationError as err:
         print(f"emulate: {err}", file=sys.stderr)

@@ -310,7 +310,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     workload_events = [e for e in cluster.events("Workload") if e["involvedObject"]["name"].startswith(prefix)]
     steps = cluster.job(args.name).steps
     report = status_report(tj, pods, job_events, workload_events, steps)
-    fields = [(k, report[k]) for k in ("name", "namespace", "phase", "admission", "runtime", "nodes", "restarts", "created", "started", "finished", "lastFailure")]
+    node0 = next((p["metadata"]["name"] for p in pods if p["metadata"]["name"].startswith(f"{args.name}-node-0-0")), None)
+    progress = local.progress_of(cluster.log_tail(node0, lines=200)) if node0 else None
+    if progress:
+        report["progress"] = progress
+    fields = [(k, report.get(k)) for k in ("name", "namespace", "phase", "admission", "runtime", "nodes", "restarts", "progress", "created", "started", "finished", "lastFailure")]
     if args.output == "table":
         from rich.console import Console
 

@@ -111,8 +111,13 @@ def report(name: str) -> dict:
 
 def last_progress(d: pathlib.Path) -> dict | None:
     """The newest step a program reported (its TRAINING_EVENT lines)."""
+    return progress_of(_lines(d))
+
+
+def progress_of(lines) -> dict | None:
+    """Step, total steps, ETA and loss of the newest step event among ``lines`` (a pod's log)."""
     found = None
-    for line in _lines(d):
+    for line in lines:
         i = line.find("TRAINING_EVENT ")
         if i < 0:
             continue

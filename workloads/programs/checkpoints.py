@@ -17,6 +17,7 @@ import torch.distributed as dist
 from trainlib import Dist, all_reduce_max, barrier, event, fail_config, fault_in_async_save, metric
 
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
+DISK_FULL_ENV = "TRAINING_FAULT_DISK_FULL_AT_STEP"  # the emulator's --fill-volume-at-step
 
 
 
@@ -128,6 +129,8 @@ class CheckpointWriter:
             os.makedirs(tmp)
         barrier()
         try:
+            if os.environ.get(DISK_FULL_ENV) == str(step):  # fault injection: the volume is full at this save
+                raise OSError(errno.ENOSPC, "No space left on device (fault injection)", tmp)
             written = write_state(tmp)
         except (OSError, RuntimeError) as err:
             if not disk_full(err, self.root):
