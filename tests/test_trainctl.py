@@ -295,14 +295,14 @@ def test_list_table_json_yaml(api, capsys):
     assert "Queued" in lines["bert-9f8e7d"] and "Failed" in lines["gpt-000111"] and "Running" in lines["resnet-a1b2c3"]
     rc, out, _ = run(capsys, "list", "-o", "json")
     assert json.loads(out) == [
-        {"name": "bert-9f8e7d", "phase": "Queued", "nodes": 4, "runtime": "torch-distributed-gpu-777f43c4", "queue": "default", "created": "2026-11-23T09:30:00Z"},
-        {"name": "gpt-000111", "phase": "Failed", "nodes": 2, "runtime": "torch-distributed-gpu-777f43c4", "queue": "default", "created": "2026-11-22T21:00:00Z"},
-        {"name": "resnet-a1b2c3", "phase": "Running", "nodes": 2, "runtime": "torch-distributed-gpu-777f43c4", "queue": "default", "created": "2026-11-23T08:00:00Z"},
+        {"name": "bert-9f8e7d", "phase": "Queued", "nodes": 4, "runtime": "torch-distributed-gpu-777f43c4", "queue": "default", "created": "2026-11-23T09:30:00Z", "progress": "-"},
+        {"name": "gpt-000111", "phase": "Failed", "nodes": 2, "runtime": "torch-distributed-gpu-777f43c4", "queue": "default", "created": "2026-11-22T21:00:00Z", "progress": "-"},
+        {"name": "resnet-a1b2c3", "phase": "Running", "nodes": 2, "runtime": "torch-distributed-gpu-777f43c4", "queue": "default", "created": "2026-11-23T08:00:00Z", "progress": "-"},
     ]
     rc, out, _ = run(capsys, "list", "-o", "yaml")
     assert yaml.safe_load(out)[0]["name"] == "bert-9f8e7d"
-    # the namespace came from the kubeconfig context; one list call
-    assert [(m, p) for m, p, _, _ in api.requests] == [("GET", f"{TRAINER}/namespaces/{NS}/trainjobs")] * 3
+    # the namespace came from the kubeconfig context; one list call, and the running job's pods for its progress
+    assert {(m, p) for m, p, _, _ in api.requests} == {("GET", f"{TRAINER}/namespaces/{NS}/trainjobs"), ("GET", f"/api/v1/namespaces/{NS}/pods")}
 
 
 def test_status_running_job(api, capsys):

@@ -296,9 +296,29 @@ def cmd_list(args: argparse.Namespace) -> int:
         }
         for t in sorted(cluster.list_trainjobs(), key=lambda t: t["metadata"]["name"])
     ]
-    cols = ["name", "phase", "nodes", "runtime", "queue", "created"]
+    for r in rows:  # running jobs: step/total and ETA from node 0's last step event (one short log read each)
+        r["progress"] = _progress_text(_node0_progress(cluster, r["name"])) if r["phase"] == "Running" else "-"
+    cols = ["name", "phase", "nodes", "progress", "runtime", "queue", "created"]
     emit(rows, args.output, _table(f"TrainJobs in {cluster.namespace}", [c.upper() for c in cols], [[r[c] for c in cols] for r in rows]))
     return 0
+
+
+def _node0_progress(cluster: KubeApi, name: str, pods: list[dict] | None = None) -> dict | None:
+    """The newest step event in the log of the job's first node (JobSet names its pods
+    ``<job>-node-0-0-<suffix>``)."""
+    try:
+        pods = cluster.pods(name) if pods is None else pods
+    except ClusterError:  # progress is a nicety: a listing never fails for it
+        return None
+    node0 = next((p["metadata"]["name"] for p in pods if p["metadata"]["name"].startswith(f"{name}-node-0-0")), None)
+    return local.progress_of(cluster.log_tail(node0, lines=200)) if node0 else None
+
+
+def _progress_text(p: dict | None) -> str:
+    if not p or "step" not in p:
+        return "-"
+    eta = f" eta {int(p['eta_s'])}s" if p.get("eta_s") is not None else ""
+    return (f"{p['step']}/{p['total_steps']}" if p.get("total_steps") else str(p["step"])) + eta
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -310,8 +330,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     workload_events = [e for e in cluster.events("Workload") if e["involvedObject"]["name"].startswith(prefix)]
     steps = cluster.job(args.name).steps
     report = status_report(tj, pods, job_events, workload_events, steps)
-    node0 = next((p["metadata"]["name"] for p in pods if p["metadata"]["name"].startswith(f"{args.name}-node-0-0")), None)
-    progress = local.progress_of(cluster.log_tail(node0, lines=200)) if node0 else None
+    progress = _node0_progress(cluster, args.name, pods)
     if progress:
         report["progress"] = progress
     fields = [(k, report.get(k)) for k in ("name", "namespace", "phase", "admission", "runtime", "nodes", "restarts", "progress", "created", "started", "finished", "lastFailure")]
