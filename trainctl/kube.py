@@ -266,14 +266,16 @@ class KubeApi:
         out = []
         for node in sorted(names):
             try:
-                out.append(json.loads(self.core.read_node(node, _preload_content=False).data))
+                found: Any = self.core.read_node(node, _preload_content=False)
+                out.append(json.loads(found.data))
             except (ApiException, HTTPError):
                 continue
         return out
 
     def log_tail(self, pod: str, lines: int = 40) -> list[str]:
         try:
-            text = self.core.read_namespaced_pod_log(pod, self.namespace, tail_lines=lines, _preload_content=False).data.decode(errors="replace")
+            found: Any = self.core.read_namespaced_pod_log(pod, self.namespace, tail_lines=lines, _preload_content=False)
+            text = found.data.decode(errors="replace")
         except (ApiException, HTTPError):
             return []
         return text.splitlines()

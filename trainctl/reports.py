@@ -55,7 +55,7 @@ def cmd_submit_local(args: argparse.Namespace, command: list[str]) -> int:
     return 0
 
 
-def _local_rows(reports: list[dict]) -> list[list[Any]]:
+def _local_rows(reports: list[dict]) -> list[Sequence[Any]]:
     def progress(r: dict) -> str:
         p = r.get("progress") or {}
         if "step" not in p:

@@ -60,6 +60,7 @@ def resume(d: Dist, root: str, load_state) -> tuple[int, int | None, float]:
     and the next older one is tried. Returns (step to continue from, step resumed from or None,
     last logged loss)."""
     t0 = time.perf_counter()
+    meta: dict = {}
     for path in [p for _, p in reversed(list_checkpoints(root))]:
         try:
             with open(os.path.join(path, "meta.json")) as fh:

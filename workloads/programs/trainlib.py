@@ -75,7 +75,7 @@ def setup() -> Dist:
 # PREEMPTED_EXIT, which the runtime's failure policy retries: the job resumes from that step.
 PREEMPTED_EXIT = 143  # 128 + SIGTERM, as a process ended by it
 PREEMPT_ENV = "TRAINING_PREEMPT_AT_STEP"
-_sigterm = {"at": None}
+_sigterm: dict[str, float | None] = {"at": None}
 
 
 def _on_sigterm(signum, _frame) -> None:
