@@ -25,11 +25,11 @@ def _unshare_prefix() -> list[str] | None:
     return None
 
 
-def _mount_steps(mounts: dict[str, str]) -> list[str] | None:
+def _mount_steps(mounts: dict[str, str]) -> list[str]:
     """Shell steps that put each local volume at its container path inside the namespace. A path
     whose parent does not exist gets a tmpfs over its deepest existing ancestor that mirrors the
-    ancestor's entries (bind mounts, so nothing of the host's is hidden or changed). None when a
-    path would need the root itself mirrored."""
+    ancestor's entries (bind mounts, so nothing of the host's is hidden or changed); a top-level
+    directory the host lacks is made, empty, as the mountpoint."""
     steps = []
     for target, local in sorted(mounts.items(), key=lambda kv: kv[0].count("/")):
         path = pathlib.Path(target)
@@ -37,11 +37,13 @@ def _mount_steps(mounts: dict[str, str]) -> list[str] | None:
         while not ancestor.exists():
             ancestor = ancestor.parent
         if ancestor != path:
-            if ancestor == pathlib.Path("/"):
-                return None
             q = shlex.quote
+            entries = sorted(ancestor.iterdir()) if ancestor != pathlib.Path("/") else []
+            if ancestor == pathlib.Path("/"):  # e.g. no /mnt on this machine: an empty mountpoint for it (the root is never mirrored)
+                ancestor = pathlib.Path("/", path.parts[1])
+                steps.append(f"mkdir -p {q(str(ancestor))}")
             steps.append("T=$(mktemp -d); mount -t tmpfs -o mode=0755 platform-emulator $T")
-            for entry in sorted(ancestor.iterdir()):
+            for entry in entries:
                 name = q(entry.name)
                 if entry.is_symlink():
                     steps.append(f"ln -s {q(os.readlink(entry))} $T/{name}")
@@ -59,6 +61,6 @@ def in_mount_namespace(command: list[str], mounts: dict[str, str]) -> list[str] 
     paths (code that writes /mnt/checkpoints writes the job's local volume, not the host's), or
     None where the machine cannot (then only the paths in the command and env are mapped)."""
     prefix, steps = _unshare_prefix(), _mount_steps(mounts)
-    if prefix is None or steps is None:
+    if prefix is None:
         return None
     return [*prefix, "sh", "-c", "set -e; " + "; ".join(steps) + '; exec "$@"', "sh", *command]
