@@ -124,7 +124,7 @@ def test_a_preempted_node_saves_its_step_and_the_run_resumes_from_it():
     )
     summary = done.stdout.strip().splitlines()[-1]
     assert done.returncode == 0 and "status=Complete" in summary and "resumed_from_step=7" in summary, done.stdout[-3000:]
-    assert re.search(r"exit codes \{'ddp-mnist-node-0-\d': 143\}", done.stdout), done.stdout[-3000:]  # retryable: it was stopped
+    assert re.search(r"exit codes \{[^}]*'ddp-mnist-node-0-\d': 143", done.stdout), done.stdout[-3000:]  # retryable: it was stopped (one node or both)
 
 
 @pytest.mark.slow
