@@ -11,11 +11,15 @@ from config.settings import Settings
 from manifests.operations import (
     CLEANUP,
     CLEANUP_SCRIPT,
+    FENCE,
+    FENCE_SCRIPT,
     SMOKE_CHECK,
     SMOKE_CHECK_SCRIPT,
     SMOKE_CHECK_TIMEOUT,
     cleanup_cronjob,
     cleanup_rbac,
+    fence_cronjob,
+    fence_rbac,
     ops_namespace,
     ops_network_policy,
     script_configmap,
@@ -25,8 +29,9 @@ from manifests.operations import (
 
 class Operations(pulumi.ComponentResource):
     """The ops namespace, the GPU smoke check (``smokeChecks.enabled``; ``pulumi up`` waits for the
-    Job to complete: pulumi-kubernetes' Job await, up to SMOKE_CHECK_TIMEOUT) and the hourly
-    cleanup of finished TrainJobs (unless ``trainjobs.finishedJobRetention`` is Never)."""
+    Job to complete: pulumi-kubernetes' Job await, up to SMOKE_CHECK_TIMEOUT), the hourly
+    cleanup of finished TrainJobs (unless ``trainjobs.finishedJobRetention`` is Never) and the
+    fence of nodes a preflight failed on."""
 
     def __init__(
         self, name: str, *, settings: Settings, provider: k8s.Provider, gpu_ready: list[pulumi.Resource], trainer: pulumi.Resource, keep_kinds: list[str], job_label: str,
@@ -40,9 +45,6 @@ class Operations(pulumi.ComponentResource):
         self.smoke_check: pulumi.Resource | None = None
         self.cleanup: pulumi.Resource | None = None
         cleanup_on = settings.trainjobs.finished_job_retention != "Never"
-        if not (settings.smoke_checks.enabled or cleanup_on):
-            self.register_outputs({})
-            return
         ns = apply_manifest(ops_namespace(), o())
         apply_manifest(ops_network_policy(), o(ns))
         if settings.smoke_checks.enabled:
@@ -58,4 +60,9 @@ class Operations(pulumi.ComponentResource):
             code = apply_manifest(cm, o(ns))
             rbac = [apply_manifest(m, o(ns)) for m in cleanup_rbac()]
             self.cleanup = apply_manifest(cleanup_cronjob(settings, configmap=cm["metadata"]["name"], keep_kinds=keep_kinds, job_label=job_label), o(ns, code, trainer, *rbac))
+        # the nodes a preflight failed on are tainted, so the restarted job lands elsewhere
+        cm = script_configmap(FENCE, FENCE_SCRIPT)
+        code = apply_manifest(cm, o(ns))
+        rbac = [apply_manifest(m, o(ns)) for m in fence_rbac()]
+        self.fence = apply_manifest(fence_cronjob(configmap=cm["metadata"]["name"]), o(ns, code, *rbac))
         self.register_outputs({"smokeCheck": SMOKE_CHECK if self.smoke_check else None})

@@ -21,10 +21,12 @@ from manifests.runtimes import DO_NOT_DISRUPT
 
 SMOKE_CHECK = "gpu-smoke-check"
 CLEANUP = "trainjob-cleanup"
+FENCE = "preflight-fence"
 COMPONENT_LABEL = "training-platform/component"
 _INCLUSTER = pathlib.Path(__file__).resolve().parent.parent / "incluster"  # programs that run in pods
 SMOKE_CHECK_SCRIPT = _INCLUSTER / "gpu_smoke_check.py"
 CLEANUP_SCRIPT = _INCLUSTER / "trainjob_cleanup.py"
+FENCE_SCRIPT = _INCLUSTER / "preflight_fence.py"
 SCRIPT_MOUNT = "/opt/platform-ops"
 # A job's GPU node is launched by Karpenter and the CUDA image (several GB) pulled on it: minutes.
 SMOKE_CHECK_TIMEOUT = "30m"
@@ -259,37 +261,58 @@ def smoke_check_job(settings: Settings, *, configmap: str, image: str = versions
 
 def cleanup_rbac() -> list[dict]:
     """List and delete TrainJobs, cluster-wide (teams' namespaces included), and nothing else."""
-    meta = {"name": CLEANUP, "labels": {COMPONENT_LABEL: CLEANUP}}
+    return _ops_rbac(CLEANUP, [{"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": ["list", "delete"]}])
+
+
+def fence_rbac() -> list[dict]:
+    """List pods (read-only, every namespace) and get and patch nodes; nothing else."""
+    return _ops_rbac(FENCE, [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}, {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}])
+
+
+def _ops_rbac(name: str, rules: list[dict]) -> list[dict]:
+    """A platform-ops ServiceAccount and the ClusterRole (``rules``) bound to it."""
+    meta = {"name": name, "labels": {COMPONENT_LABEL: name}}
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {**meta, "namespace": OPS_NAMESPACE}},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta, "rules": [{"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": ["list", "delete"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta, "rules": rules},
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRoleBinding",
             "metadata": meta,
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLEANUP},
-            "subjects": [{"kind": "ServiceAccount", "name": CLEANUP, "namespace": OPS_NAMESPACE}],
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": OPS_NAMESPACE}],
         },
     ]
 
 
 def cleanup_cronjob(settings: Settings, *, configmap: str, keep_kinds: list[str], job_label: str) -> dict:
     """Hourly: delete finished TrainJobs older than ``trainjobs.finishedJobRetention`` (incluster/trainjob_cleanup.py)."""
-    pod_sc, container_sc = _restricted(65534)
-    labels = {COMPONENT_LABEL: CLEANUP}
     env = {"RETENTION": settings.trainjobs.finished_job_retention, "KEEP_JOB_KINDS": ",".join(sorted(keep_kinds)), "JOB_LABEL": job_label, "KEEP_NAMESPACE": settings.trainjobs.namespace}
+    return _ops_cronjob(CLEANUP, "17 * * * *", CLEANUP_SCRIPT, env, configmap=configmap, container="cleanup", why="the cleanup calls the Kubernetes API with its ServiceAccount (list/delete TrainJobs only)", deadline_s=900)
+
+
+def fence_cronjob(*, configmap: str) -> dict:
+    """Every two minutes: taint the nodes a preflight failed on (incluster/preflight_fence.py)."""
+    return _ops_cronjob(FENCE, "*/2 * * * *", FENCE_SCRIPT, {}, configmap=configmap, container="fence", why="the fence calls the Kubernetes API with its ServiceAccount (list pods, get/patch nodes only)", deadline_s=110)
+
+
+def _ops_cronjob(name: str, schedule: str, script: pathlib.Path, env: dict[str, str], *, configmap: str, container: str, why: str, deadline_s: int) -> dict:
+    """A platform-ops CronJob running one of incluster/'s programs from its ConfigMap, as its own
+    ServiceAccount (``name``), restricted, on the system nodes."""
+    pod_sc, container_sc = _restricted(65534)
+    labels = {COMPONENT_LABEL: name}
     return {
         "apiVersion": "batch/v1",
         "kind": "CronJob",
         "metadata": {
-            "name": CLEANUP,
+            "name": name,
             "namespace": OPS_NAMESPACE,
             "labels": labels,
-            # checkov inline skip: this pod lists and deletes TrainJobs, so it needs its token
-            "annotations": {"checkov.io/skip1": "CKV_K8S_38=the cleanup calls the Kubernetes API with its ServiceAccount (list/delete TrainJobs only)"},
+            # checkov inline skip: this pod calls the API, so it needs its token
+            "annotations": {"checkov.io/skip1": f"CKV_K8S_38={why}"},
         },
         "spec": {
-            "schedule": "17 * * * *",
+            "schedule": schedule,
             "concurrencyPolicy": "Forbid",
             "startingDeadlineSeconds": 600,
             "successfulJobsHistoryLimit": 1,
@@ -297,19 +320,19 @@ def cleanup_cronjob(settings: Settings, *, configmap: str, keep_kinds: list[str]
             "jobTemplate": {
                 "spec": {
                     "backoffLimit": 2,
-                    "activeDeadlineSeconds": 900,
+                    "activeDeadlineSeconds": deadline_s,
                     "template": {
                         "metadata": {"labels": labels},
                         "spec": {
                             "restartPolicy": "Never",
-                            "serviceAccountName": CLEANUP,
+                            "serviceAccountName": name,
                             "affinity": g.SYSTEM_NODE_AFFINITY,
                             "securityContext": pod_sc,
                             "containers": [
                                 {
-                                    "name": "cleanup",
+                                    "name": container,
                                     "image": versions.TRAINJOB_CLEANUP_IMAGE,
-                                    "command": ["python3", f"{SCRIPT_MOUNT}/{CLEANUP_SCRIPT.name}"],
+                                    "command": ["python3", f"{SCRIPT_MOUNT}/{script.name}"],
                                     "env": [{"name": k, "value": v} for k, v in env.items()],
                                     "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}},
                                     "securityContext": container_sc,

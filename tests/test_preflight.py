@@ -50,3 +50,35 @@ def test_every_gpu_runtime_runs_the_preflight_and_every_job_says_what_it_expects
     fsdp = next(o for o in objs if o["kind"] == "TrainJob" and o["metadata"]["name"] == "fsdp-t5")
     env_ = {e["name"]: e.get("value") for e in fsdp["spec"]["trainer"]["env"]}
     assert env_["TRAINING_EXPECTED_GPUS"] == "8" and env_["TRAINING_EXPECTED_EFA"] == "32"
+
+
+def test_the_fence_taints_the_nodes_a_preflight_failed_on():
+    from incluster import preflight_fence as fence  # shipped as the CronJob's ConfigMap
+
+    def pod(node, exit_code, message, where="state"):
+        return {"spec": {"nodeName": node}, "status": {"containerStatuses": [{"name": "node", where: {"terminated": {"exitCode": exit_code, "message": message}}}]}}
+
+    pods = [
+        pod("ip-1", 5, "preflight failed on node ip-1: 7 GPUs visible, the job requested 8"),
+        pod("ip-2", 5, "preflight failed on node ip-2: GPU 3: CUDA error", where="lastState"),  # restarted since
+        pod("ip-3", 3, "bad config"),  # not a preflight
+        pod("ip-4", 1, "preflight failed on node ip-4: lookalike with another code"),
+    ]
+    assert fence.failed_preflights(pods) == {"ip-1": "preflight failed on node ip-1: 7 GPUs visible, the job requested 8", "ip-2": "preflight failed on node ip-2: GPU 3: CUDA error"}
+    node = {"metadata": {"name": "ip-1", "resourceVersion": "42"}, "spec": {"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]}}
+    patch = fence.fence_patch(node)
+    assert patch["spec"]["taints"] == [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}, fence.TAINT]  # the GPU taint kept
+    assert patch["metadata"]["resourceVersion"] == "42" and patch["metadata"]["labels"] == {fence.REASON_LABEL: "true"}
+    node["spec"]["taints"].append(fence.TAINT)
+    assert fence.fence_patch(node) is None  # fenced already
+
+
+def test_the_fence_runs_in_platform_ops_with_no_more_rights_than_it_needs():
+    run = run_config(dev_config())
+    objs = list(objects(run).values())
+    cron = next(o for o in objs if o["kind"] == "CronJob" and o["metadata"]["name"] == "preflight-fence")
+    assert cron["metadata"]["namespace"] == "platform-ops" and cron["spec"]["schedule"] == "*/2 * * * *"
+    role = next(o for o in objs if o["kind"] == "ClusterRole" and o["metadata"]["name"] == "preflight-fence")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}, {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}]
+    script = next(o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"].startswith("preflight-fence"))
+    assert "preflight_fence.py" in script["data"]
