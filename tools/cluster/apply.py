@@ -72,12 +72,33 @@ def label(obj: dict) -> str:
     return f"{obj['kind']} {meta.get('namespace') + '/' if meta.get('namespace') else ''}{meta['name']}"
 
 
+# The Trainer's TrainJob webhook looks the runtime up in its informer cache, which lags the API
+# server by a moment: a TrainJob applied right after its runtime can be refused with this message
+# although the runtime exists. Pulumi would fail the deploy there, and a second `pulumi up` (the
+# runtime now cached) succeeds; the harness retries for a few seconds instead (a doubt in the
+# README: a real deploy can meet the same race).
+_CACHE_LAG = "must be created before the TrainJob is created"
+
+
+def _apply_once_cached(client: Client, obj: dict, *, dry_run: bool):
+    import time
+
+    for attempt in range(10):
+        try:
+            return client.apply(obj, dry_run=dry_run)
+        except ApiError as err:
+            if _CACHE_LAG not in str(err) or attempt == 9:
+                raise
+            time.sleep(1)
+    raise AssertionError("unreachable")
+
+
 def apply_waves(client: Client, waves: list[list[dict]], *, dry_run: bool = False) -> Outcome:
     applied, problems = 0, []
     for wave in waves:
         for obj in wave:
             try:
-                live = client.apply(obj, dry_run=dry_run)
+                live = _apply_once_cached(client, obj, dry_run=dry_run)
             except ApiError as err:
                 problems.append(f"{label(obj)}: refused by the API server (HTTP {err.status}): {err}")
                 continue
@@ -122,7 +143,7 @@ def redeploy(client: Client, old, new) -> Outcome:
                         continue
                     client.delete(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))  # the API default: background
                     _wait_gone(client, obj)
-                live = client.apply(obj)
+                live = _apply_once_cached(client, obj, dry_run=False)
             except ApiError as err:
                 problems.append(f"{label(obj)}: refused by the API server (HTTP {err.status}): {err}")
                 continue
