@@ -2,7 +2,7 @@
 from the same ConfigMap and TrainJob the cluster path creates, in the background.
 
 State lives in one directory, ``$TRAINCTL_HOME`` (default ``$XDG_STATE_HOME/trainctl``, else
-``~/.local/state/trainctl``): ``jobs/<name>/`` holds ``objects.yaml`` (what was submitted),
+the user's state directory ``.local/state/trainctl`` under ``$HOME``): ``jobs/<name>/`` holds ``objects.yaml`` (what was submitted),
 ``job.json`` (pid, start time, the command), ``output.log`` (every node's lines, prefixed with
 node and rank), ``result.json`` (the emulator's summary once it ends) and ``work/`` (the job's
 volumes: ``work/volumes/checkpoints`` is its ``/mnt/checkpoints``).
