@@ -26,12 +26,13 @@ class Clusters:
     def __init__(self, out):
         self.out = out
 
-    def get(self, stack: str, instance: str = "shared") -> cluster.Up:
+    def get(self, stack: str, instance: str = "shared", **options) -> cluster.Up:
         """The stack's cluster (Pulumi.<stack>.yaml applied), brought up on first use; another
-        ``instance`` is a cluster of its own (for a test that changes what others read)."""
+        ``instance`` is a cluster of its own (for a test that changes what others read), brought
+        up with ``options`` (``cluster.up``'s keywords)."""
         key = f"{instance}/{stack}"
         if key not in _UP:
-            _UP[key] = cluster.up(stack, out=self.out / instance)
+            _UP[key] = cluster.up(stack, out=self.out / instance, **options)
         return _UP[key]
 
 

@@ -130,7 +130,8 @@ def _namespace(name: str) -> dict:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
 
 
-def up(stack: str, *, out: str | os.PathLike = "out", stack_config: dict | None = None, echo=print, apply_stack: bool = True) -> Up:
+def up(stack: str, *, out: str | os.PathLike = "out", stack_config: dict | None = None, echo=print, apply_stack: bool = True, pod_run_seconds: float = 3.0) -> Up:
+    """``pod_run_seconds``: how long a simulated pod of a Job runs before it succeeds (kwok's stage)."""
     from tools.mock_runtime import ProgramError, run_program
 
     started = time.monotonic()
@@ -154,7 +155,7 @@ def up(stack: str, *, out: str | os.PathLike = "out", stack_config: dict | None 
     procs.info = {"stack": stack, "created": time.time()}
     procs.save()
     try:
-        return _start(stack, d, plan, procs, units, build_seconds, started, apply_stack, echo)
+        return _start(stack, d, plan, procs, units, build_seconds, started, apply_stack, echo, pod_run_seconds)
     except BaseException:
         stopped = procs.stop_all()
         if stopped:
@@ -169,7 +170,7 @@ def _region(stack: str, stack_config: dict | None) -> str:
     return ((stack_config or {}).get("config") or {}).get("aws:region") or os.environ.get("AWS_REGION") or "us-west-2"
 
 
-def _start(stack: str, d: pathlib.Path, plan: StackPlan, procs: Processes, units: list[build.Unit], build_seconds: float, started: float, apply_stack: bool, echo) -> Up:
+def _start(stack: str, d: pathlib.Path, plan: StackPlan, procs: Processes, units: list[build.Unit], build_seconds: float, started: float, apply_stack: bool, echo, pod_run_seconds: float) -> Up:
     k8s, jobset_u, trainer_u, karpenter_u, kwok_u = units[:5]
     kueue_u = next((u for u in units if u.module == versions.KUEUE_MODULE), None)
     pkid = d / "pki"
@@ -238,7 +239,7 @@ def _start(stack: str, d: pathlib.Path, plan: StackPlan, procs: Processes, units
         # the kubelet API (pod logs) of every simulated node, on loopback with our certificate
         "nodeIP": "127.0.0.1", "nodePort": ports["kwok-kubelet"], "serverAddress": f"127.0.0.1:{ports['kwok-kubelet']}",
         "tlsCertFile": str(pkid / "webhook.crt"), "tlsPrivateKeyFile": str(pkid / "webhook.key"), "enableDebuggingHandlers": True}}]
-    kwok_cfg += components.kwok_stages()
+    kwok_cfg += components.kwok_stages(pod_run_seconds)
     kwok_cfg.append(components.kwok_logs(_write(d / "pod.log", components.SIMULATED_POD_LOG)))
     kwok_file = _write(d / "kwok.yaml", yaml.safe_dump_all(kwok_cfg, sort_keys=False))
     procs.start("kwok", [str(kwok_u.path("kwok")), f"--kubeconfig={kc}", f"--config={kwok_file}"], env={"HOME": str(d)})
