@@ -46,7 +46,7 @@ class TrainJobs(pulumi.ComponentResource):
             # with teams on the cluster, the stack's jobs are fenced like a team's (their rendezvous
             # ports closed to other namespaces, no path to the nodes' credentials)
             labels = {"training-platform/component": "trainjobs"}
-            for policy in (tn.ingress_policy(ns_name, labels, name="namespace-isolation"), tn.egress_policy(ns_name, labels)):
+            for policy in (tn.ingress_policy(ns_name, labels, name="namespace-isolation"), tn.egress_policy(ns_name, labels, trainer_version=settings.trainer.version)):
                 apply_manifest(policy, o(ns))
         files = tj.code_files()
         code = apply_manifest(tj.code_configmap(ns_name, files), o(ns))

@@ -22,8 +22,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from config.namespaces import STORAGE_NAMESPACE  # noqa: F401  (part of this module's interface)
+from config.namespaces import (
+    STORAGE_NAMESPACE,  # noqa: F401  (part of this module's interface)
+    TRAINER_NAMESPACE,
+)
 from config.settings import DNS_LABEL_RE, TenantSettings
+from manifests import trainer_api
 
 TEAM_LABEL = "training-platform/team"
 """Label on a team's namespace (and its other objects): the team name."""
@@ -137,10 +141,20 @@ NON_PUBLIC_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0
 DNS = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}, "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}
 
 
-def egress_policy(ns: str, labels: dict[str, str]) -> dict:
-    """What the namespace's pods may reach: each other (rendezvous, NCCL/Gloo), cluster DNS, and the
-    public internet (dataset and model downloads, pip); not other namespaces, the nodes or the
-    instance metadata service. Enforced by the VPC CNI's network-policy agent (on with teams)."""
+def egress_policy(ns: str, labels: dict[str, str], *, trainer_version: str) -> dict:
+    """What the namespace's pods may reach: each other (rendezvous, NCCL/Gloo), cluster DNS, the
+    public internet (dataset and model downloads, pip) and, where the Trainer serves TrainJob
+    progress, its status server (the manager pods' port, nothing else of that namespace); not
+    other namespaces, the nodes or the instance metadata service. Enforced by the VPC CNI's
+    network-policy agent (on with teams)."""
+    rules: list[dict[str, Any]] = [
+        {"to": [{"podSelector": {}}]},
+        {"to": [DNS], "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
+        {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": list(NON_PUBLIC_RANGES)}}]},
+    ]
+    if trainer_api.has_status_server(trainer_version):
+        trainer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": TRAINER_NAMESPACE}}, "podSelector": {"matchLabels": dict(trainer_api.MANAGER_POD_LABELS)}}
+        rules.append({"to": [trainer], "ports": [{"protocol": "TCP", "port": trainer_api.STATUS_SERVER_PORT}]})
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -148,11 +162,7 @@ def egress_policy(ns: str, labels: dict[str, str]) -> dict:
         "spec": {
             "podSelector": {},
             "policyTypes": ["Egress"],
-            "egress": [
-                {"to": [{"podSelector": {}}]},
-                {"to": [DNS], "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
-                {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": list(NON_PUBLIC_RANGES)}}]},
-            ],
+            "egress": rules,
         },
     }
 

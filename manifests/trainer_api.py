@@ -27,6 +27,27 @@ TRAINER_JOB = "node"
 # (pkg/initializers/dataset/__main__.py). The webhook wants such a job and container when the
 # TrainJob names an initializer, and (v2.3.0) a volumeMount named ``initializer`` in that container
 # (plugins/jobset/jobset.go ``Validate``, constants.go ``VolumeNameInitializer``).
+# TrainJob progress (Trainer v2.3.0; alpha feature gate ``TrainJobStatus``, off by default:
+# pkg/features/features.go). With it on, the controller serves
+# ``POST /apis/trainer.kubeflow.org/v1alpha1/namespaces/<ns>/trainjobs/<name>/status`` over TLS on
+# ``statusServer.port`` (default 10443; charts/kubeflow-trainer values ``manager.config.statusServer``)
+# of its Service, named like the manager (kubeflow-trainer-controller-manager), and its TrainJobStatus
+# plugin gives every trainer container the URL, the CA and a projected token for that TrainJob
+# (pkg/runtime/framework/plugins/trainjobstatus; workloads/programs/trainer_status.py sends).
+# The chart takes feature gates as ``manager.config.featureGates``.
+STATUS_FEATURE_GATE = "TrainJobStatus"
+STATUS_SERVER_VERSIONS = frozenset({"v2.3.0"})
+STATUS_SERVER_PORT = 10443
+# the manager pods' labels (chart templates/_helpers.tpl trainer.selectorLabels and
+# manager/_helpers.tpl trainer.manager.selectorLabels, release and chart named kubeflow-trainer)
+MANAGER_POD_LABELS = {"app.kubernetes.io/name": "kubeflow-trainer", "app.kubernetes.io/component": "manager"}
+
+
+def has_status_server(version: str) -> bool:
+    """Whether the Trainer release serves TrainJob progress (the platform turns it on where it does)."""
+    return version in STATUS_SERVER_VERSIONS
+
+
 DATASET_INITIALIZER = "dataset-initializer"
 MODEL_INITIALIZER = "model-initializer"
 INITIALIZER_VOLUME = "initializer"

@@ -60,7 +60,7 @@ def test_a_healthy_running_job_has_no_findings():
 
 
 def test_progress_and_eta_from_a_pods_lines():
-    from trainctl.local import progress_of
+    from trainctl.progress import of_lines as progress_of
 
     lines = [
         "epoch 0",
@@ -69,5 +69,5 @@ def test_progress_and_eta_from_a_pods_lines():
         'TRAINING_EVENT {"epoch": 0, "eta_s": 6.0, "event": "step", "loss": 1.9, "step": 8, "total_steps": 12}',
         'TRAINING_EVENT {"event": "checkpoint", "step": 8}',
     ]
-    assert progress_of(lines) == {"step": 8, "total_steps": 12, "eta_s": 6.0, "loss": 1.9}
+    assert progress_of(lines) == {"step": 8, "total_steps": 12, "eta_s": 6.0, "loss": 1.9, "source": "log"}
     assert progress_of(["no events"]) is None

@@ -25,7 +25,7 @@ from urllib3.exceptions import HTTPError
 
 import versions
 from manifests.tenants import QUEUE_LABEL
-from trainctl import diagnose, local, objects, usage
+from trainctl import diagnose, local, objects, progress, usage
 from trainctl.code import CodeError, collect
 from trainctl.kube import ClusterError, KubeApi, default_namespace, unreachable
 from trainctl.reports import _print_findings, _table, cmd_local, cmd_submit_local, emit, print_usage
@@ -289,36 +289,35 @@ def _restarted(cs: dict) -> bool:
 
 def cmd_list(args: argparse.Namespace) -> int:
     cluster = _cluster(args)
+    jobs = sorted(cluster.list_trainjobs(), key=lambda t: t["metadata"]["name"])
     rows = [
         {
             "name": t["metadata"]["name"], "phase": phase(t), "nodes": (t["spec"].get("trainer") or {}).get("numNodes"), "runtime": t["spec"]["runtimeRef"]["name"],
             "queue": (t["metadata"].get("labels") or {}).get(QUEUE_LABEL), "created": t["metadata"].get("creationTimestamp"),
         }
-        for t in sorted(cluster.list_trainjobs(), key=lambda t: t["metadata"]["name"])
+        for t in jobs
     ]
-    for r in rows:  # running jobs: step/total and ETA from node 0's last step event (one short log read each)
-        r["progress"] = _progress_text(_node0_progress(cluster, r["name"])) if r["phase"] == "Running" else "-"
+    by_name = {t["metadata"]["name"]: t for t in jobs}
+    for r in rows:  # running jobs: the Trainer's progress, else node 0's last step event (one short log read)
+        r["progress"] = progress.text(_progress(cluster, by_name[r["name"]])) if r["phase"] == "Running" else "-"
     cols = ["name", "phase", "nodes", "progress", "runtime", "queue", "created"]
     emit(rows, args.output, _table(f"TrainJobs in {cluster.namespace}", [c.upper() for c in cols], [[r[c] for c in cols] for r in rows]))
     return 0
 
 
-def _node0_progress(cluster: KubeApi, name: str, pods: list[dict] | None = None) -> dict | None:
-    """The newest step event in the log of the job's first node (JobSet names its pods
-    ``<job>-node-0-0-<suffix>``)."""
+def _progress(cluster: KubeApi, trainjob: dict, pods: list[dict] | None = None) -> dict | None:
+    """What the Trainer holds for the job (``status.trainerStatus``), else the newest step event in
+    the log of its first node (JobSet names its pods ``<job>-node-0-0-<suffix>``)."""
+    found = progress.of_trainjob(trainjob)
+    if found:
+        return found
+    name = trainjob["metadata"]["name"]
     try:
         pods = cluster.pods(name) if pods is None else pods
     except ClusterError:  # progress is a nicety: a listing never fails for it
         return None
     node0 = next((p["metadata"]["name"] for p in pods if p["metadata"]["name"].startswith(f"{name}-node-0-0")), None)
-    return local.progress_of(cluster.log_tail(node0, lines=200)) if node0 else None
-
-
-def _progress_text(p: dict | None) -> str:
-    if not p or "step" not in p:
-        return "-"
-    eta = f" eta {int(p['eta_s'])}s" if p.get("eta_s") is not None else ""
-    return (f"{p['step']}/{p['total_steps']}" if p.get("total_steps") else str(p["step"])) + eta
+    return progress.of_lines(cluster.log_tail(node0, lines=200)) if node0 else None
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -330,9 +329,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     workload_events = [e for e in cluster.events("Workload") if e["involvedObject"]["name"].startswith(prefix)]
     steps = cluster.job(args.name).steps
     report = status_report(tj, pods, job_events, workload_events, steps)
-    progress = _node0_progress(cluster, args.name, pods)
-    if progress:
-        report["progress"] = progress
+    found = _progress(cluster, tj, pods)
+    if found:
+        report["progress"] = found
     fields = [(k, report.get(k)) for k in ("name", "namespace", "phase", "admission", "runtime", "nodes", "restarts", "progress", "created", "started", "finished", "lastFailure")]
     if args.output == "table":
         from rich.console import Console

@@ -23,6 +23,8 @@ from typing import Any
 
 import yaml
 
+from trainctl import progress
+
 HOME_ENV = "TRAINCTL_HOME"
 PROJECT_DIR = pathlib.Path(__file__).resolve().parent.parent  # the emulator is the project's tools/emulate.py
 NODE_LINE = re.compile(r"^\[attempt (\d+) node (\d+)(?: ranks? [\d-]+)?\] ")
@@ -111,23 +113,7 @@ def report(name: str) -> dict:
 
 def last_progress(d: pathlib.Path) -> dict | None:
     """The newest step a program reported (its TRAINING_EVENT lines)."""
-    return progress_of(_lines(d))
-
-
-def progress_of(lines) -> dict | None:
-    """Step, total steps, ETA and loss of the newest step event among ``lines`` (a pod's log)."""
-    found = None
-    for line in lines:
-        i = line.find("TRAINING_EVENT ")
-        if i < 0:
-            continue
-        try:
-            ev = json.loads(line[i + len("TRAINING_EVENT ") :])
-        except ValueError:
-            continue
-        if ev.get("event") == "step":
-            found = {k: ev[k] for k in ("step", "total_steps", "eta_s", "loss") if k in ev}
-    return found
+    return progress.of_lines(_lines(d))
 
 
 def _lines(d: pathlib.Path) -> Iterator[str]:

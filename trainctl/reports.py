@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 import versions
-from trainctl import diagnose, local, objects, usage
+from trainctl import diagnose, local, objects, progress, usage
 from trainctl.code import collect
 
 
@@ -56,14 +56,7 @@ def cmd_submit_local(args: argparse.Namespace, command: list[str]) -> int:
 
 
 def _local_rows(reports: list[dict]) -> list[Sequence[Any]]:
-    def progress(r: dict) -> str:
-        p = r.get("progress") or {}
-        if "step" not in p:
-            return "-"
-        eta = f" eta {int(p['eta_s'])}s" if p.get("eta_s") is not None else ""
-        return f"{p['step']}/{p['total_steps']}{eta}" if p.get("total_steps") else f"{p['step']}{eta}"
-
-    return [[r["name"], r["phase"], r.get("nodes"), r.get("restarts", 0), progress(r), r.get("submitted")] for r in reports]
+    return [[r["name"], r["phase"], r.get("nodes"), r.get("restarts", 0), progress.text(r.get("progress")), r.get("submitted")] for r in reports]
 
 
 def cmd_local(args: argparse.Namespace) -> int:

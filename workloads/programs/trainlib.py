@@ -29,6 +29,7 @@ from typing import NoReturn
 
 import torch
 import torch.distributed as dist
+import trainer_status
 
 EXIT_BAD_CONFIG = 3  # non-retryable: the runtime's failure policy fails the job at once
 
@@ -199,9 +200,25 @@ def log(d: Dist, message: str) -> None:
 
 
 def event(d: Dist, kind: str, **fields) -> None:
-    """Machine-readable progress line from rank 0, e.g. for the local emulator."""
+    """Machine-readable progress line from rank 0 (the emulator and trainctl read them); step,
+    eval and result events also go to the Trainer's status server where it serves one."""
     if d.is_main:
         print(f"TRAINING_EVENT {json.dumps({'event': kind, **fields}, sort_keys=True)}", flush=True)
+        _report(kind, fields)
+
+
+_STATUS = trainer_status.Reporter()
+_METRICS: dict = {}  # the latest value of each metric the job reported
+_METRIC_FIELDS = {"loss": "loss", "epoch": "epoch", "samples_per_s": "samples_per_s", "val_loss": "val_loss", "val_accuracy": "val_accuracy", "final_loss": "loss"}
+
+
+def _report(kind: str, fields: dict) -> None:
+    _METRICS.update({name: fields[key] for key, name in _METRIC_FIELDS.items() if fields.get(key) is not None})
+    if kind == "step":
+        _STATUS.update(step=fields["step"], total_steps=fields.get("total_steps"), eta_s=fields.get("eta_s"), metrics=dict(_METRICS))
+    elif kind == "result":
+        final = fields.get("final_step") or 0
+        _STATUS.final(step=final, total_steps=final, eta_s=0, metrics=dict(_METRICS))
 
 
 # --- metrics: one JSON object per line, for the cluster's log pipeline -------------------------
