@@ -143,3 +143,30 @@ def test_trainctl_shows_the_trainers_progress_before_the_logs():
     assert progress.of_trainjob({"status": {}}) is None
     assert progress.text(progress.of_lines(['TRAINING_EVENT {"event": "step", "step": 7, "total_steps": 30, "eta_s": 12.4}'])) == "7/30 eta 12s"
     assert progress.text(None) == "-"
+
+
+def test_the_programs_step_and_result_events_feed_the_reporter(monkeypatch, capsys):
+    import types
+
+    import trainlib
+
+    calls = []
+
+    class Recorder:
+        def update(self, **fields):
+            calls.append(("update", fields))
+
+        def final(self, **fields):
+            calls.append(("final", fields))
+
+    monkeypatch.setattr(trainlib, "_STATUS", Recorder())
+    monkeypatch.setattr(trainlib, "_METRICS", {})
+    rank0, other = types.SimpleNamespace(is_main=True), types.SimpleNamespace(is_main=False)
+    trainlib.event(rank0, "step", step=7, epoch=0, loss=1.5, samples_per_s=900.0, total_steps=30, eta_s=12.0)
+    trainlib.event(other, "step", step=7, epoch=0, loss=9.9, total_steps=30, eta_s=12.0)  # only rank 0 reports
+    trainlib.event(rank0, "eval", step=10, epoch=0, val_loss=1.2, val_accuracy=0.9)
+    trainlib.event(rank0, "result", final_step=30, final_loss=0.5, resumed_from_step=None)
+    assert calls[0] == ("update", {"step": 7, "total_steps": 30, "eta_s": 12.0, "metrics": {"loss": 1.5, "epoch": 0, "samples_per_s": 900.0}})
+    assert calls[1] == ("final", {"step": 30, "total_steps": 30, "eta_s": 0, "metrics": {"loss": 0.5, "epoch": 0, "samples_per_s": 900.0, "val_loss": 1.2, "val_accuracy": 0.9}})
+    assert len(calls) == 2
+    assert "TRAINING_EVENT" in capsys.readouterr().out  # the log lines stay

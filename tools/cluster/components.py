@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import yaml
 
 import versions
+from config.namespaces import TRAINER_NAMESPACE  # noqa: F401  (part of this module's interface)
 from tools.cluster import build
 
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
@@ -135,8 +136,8 @@ def kueue_webhooks() -> Webhooks:
     )
 
 
-def trainer_config(webhook_port: int, health_port: int) -> dict:
-    return {
+def trainer_config(webhook_port: int, health_port: int, status_port: int, feature_gates: dict) -> dict:
+    cfg = {
         "apiVersion": "config.trainer.kubeflow.org/v1alpha1",
         "kind": "Configuration",
         "webhook": {"port": webhook_port, "host": "127.0.0.1"},
@@ -144,6 +145,22 @@ def trainer_config(webhook_port: int, health_port: int) -> dict:
         "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
         "certManagement": {"enable": False},
     }
+    if feature_gates:
+        cfg["featureGates"] = dict(feature_gates)
+        cfg["statusServer"] = {"port": status_port}
+    return cfg
+
+
+# The Trainer's status server (TrainJobStatus gate; pkg/statusserver, pkg/util/cert at v2.3.0) reads
+# what a pod gives it: its serving certificate from the fixed /tmp/k8s-webhook-server/serving-certs
+# (not $TMPDIR), its namespace and a token from /var/run/secrets/kubernetes.io/serviceaccount; the
+# token's issuer is where it discovers the keys that verify the jobs' tokens (OIDC discovery, so
+# the API server's issuer is its own URL here). The plugin copies ``ca.crt`` of the webhook Secret
+# (certManagement.webhookSecretName) into each job's namespace.
+TRAINER_SERVING_CERTS = "/tmp/k8s-webhook-server/serving-certs"
+POD_SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+TRAINER_SERVICE_ACCOUNT = "kubeflow-trainer-controller-manager"
+TRAINER_WEBHOOK_SECRET = "kubeflow-trainer-webhook-cert"  # pkg/apis/config/v1alpha1/defaults.go
 
 
 def jobset_config(webhook_port: int, health_port: int, cert_dir: pathlib.Path) -> dict:

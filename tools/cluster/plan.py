@@ -62,6 +62,11 @@ class StackPlan:
         text = (release.values.get("managerConfig") or {}).get("controllerManagerConfigYaml")
         return yaml.safe_load(text) if text else {}
 
+    def trainer_feature_gates(self) -> dict:
+        """The feature gates the stack's Trainer release turns on (its Helm values)."""
+        release = next((r for r in self.releases if r.name == "kubeflow-trainer"), None)
+        return dict((((release.values if release else {}).get("manager") or {}).get("config") or {}).get("featureGates") or {})
+
     @property
     def objects(self) -> list[dict]:
         return [o for wave in self.waves for o in wave]

@@ -175,7 +175,7 @@ def _start(stack: str, d: pathlib.Path, plan: StackPlan, procs: Processes, units
     kueue_u = next((u for u in units if u.module == versions.KUEUE_MODULE), None)
     pkid = d / "pki"
     pki.make(pkid)
-    ports = {name: free_port() for name in ("etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "jobset-webhook", "jobset-health", "trainer-webhook", "trainer-health", "kueue-webhook", "kueue-health", "karpenter-metrics", "karpenter-health", "kwok-kubelet")}
+    ports = {name: free_port() for name in ("etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "jobset-webhook", "jobset-health", "trainer-webhook", "trainer-health", "trainer-status", "kueue-webhook", "kueue-health", "karpenter-metrics", "karpenter-health", "kwok-kubelet")}
     for name, port in ports.items():
         if port_in_use(port):
             raise UpError(f"port {port} for {name} is in use (another process took it after it was chosen): run cluster-up again")
@@ -193,7 +193,8 @@ def _start(stack: str, d: pathlib.Path, plan: StackPlan, procs: Processes, units
     procs.start("kube-apiserver", [str(k8s.path("kube-apiserver")),
         f"--etcd-servers=http://127.0.0.1:{ports['etcd']}", "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={ports['kube-apiserver']}",
         f"--tls-cert-file={pkid / 'apiserver.crt'}", f"--tls-private-key-file={pkid / 'apiserver.key'}", f"--client-ca-file={pkid / 'ca.crt'}",
-        "--service-account-issuer=https://kubernetes.default.svc", f"--service-account-key-file={pkid / 'sa.pub'}", f"--service-account-signing-key-file={pkid / 'sa.key'}",
+        # the issuer is the server's own URL, so its OIDC discovery resolves here (the Trainer's status server uses it)
+        f"--service-account-issuer={server}", f"--service-account-jwks-uri={server}/openid/v1/jwks", f"--service-account-key-file={pkid / 'sa.pub'}", f"--service-account-signing-key-file={pkid / 'sa.key'}",
         "--service-cluster-ip-range=10.96.0.0/16", "--authorization-mode=Node,RBAC", "--anonymous-auth=false", "--profiling=false", "--allow-privileged=true",
         f"--encryption-provider-config={_encryption_config(d)}", f"--cert-dir={d / 'apiserver-certs'}", "--enable-admission-plugins=NodeRestriction",
         # pod logs come from kwok's kubelet API on 127.0.0.1 (its serving certificate is ours)
@@ -257,8 +258,17 @@ def _start(stack: str, d: pathlib.Path, plan: StackPlan, procs: Processes, units
 
     jobset_file = _write(d / "jobset.yaml", yaml.safe_dump(components.jobset_config(ports["jobset-webhook"], ports["jobset-health"], certs)))
     procs.start("jobset", [str(jobset_u.path("jobset")), f"--kubeconfig={kc}", f"--config={jobset_file}"])
-    trainer_file = _write(d / "trainer.yaml", yaml.safe_dump(components.trainer_config(ports["trainer-webhook"], ports["trainer-health"])))
-    procs.start("trainer", [str(trainer_u.path("trainer-controller-manager")), f"--kubeconfig={kc}", f"--config={trainer_file}"], env={"TMPDIR": str(trainer_tmp)})
+    trainer_cmd = [str(trainer_u.path("trainer-controller-manager")), f"--kubeconfig={kc}"]
+    gates = plan.trainer_feature_gates()
+    if gates:
+        wrapped = _as_trainer_pod(admin, d, certs, (pkid / "ca.crt").read_text(), trainer_cmd)
+        if wrapped is None:
+            echo("cluster: no mount namespace on this machine, so the Trainer runs without its feature gates " + ", ".join(sorted(gates)) + " (TrainJob progress is not served)")
+            gates = {}
+        else:
+            trainer_cmd = wrapped
+    trainer_file = _write(d / "trainer.yaml", yaml.safe_dump(components.trainer_config(ports["trainer-webhook"], ports["trainer-health"], ports["trainer-status"], gates)))
+    procs.start("trainer", [*trainer_cmd, f"--config={trainer_file}"], env={"TMPDIR": str(trainer_tmp)})
     hooks = components.jobset_webhooks(plan.trainer_version).configurations(ports["jobset-webhook"], ca)
     hooks += components.trainer_webhooks(plan.trainer_version).configurations(ports["trainer-webhook"], ca)
     if kueue_u is not None:
@@ -291,6 +301,32 @@ def _start(stack: str, d: pathlib.Path, plan: StackPlan, procs: Processes, units
     procs.info.update({"kubeconfig": str(kubeconfig), "versions": {u.module: u.version for u in units}, "applied": outcome.applied, "problems": outcome.problems})
     procs.save()
     return Up(d, plan, server, kubeconfig, outcome, time.monotonic() - started, build_seconds)
+
+
+def _as_trainer_pod(admin: Client, d: pathlib.Path, certs: pathlib.Path, ca_pem: str, command: list[str]) -> list[str] | None:
+    """``command`` with what the Trainer's status server reads in its pod: a service account token
+    and namespace, and the serving certificate at its fixed path (a mount namespace of its own;
+    the host's paths are not changed), and the webhook Secret its plugin copies ``ca.crt`` from.
+    None where this machine has no mount namespaces."""
+    from tools.emulator_mounts import in_mount_namespace
+
+    pathlib.Path(components.TRAINER_SERVING_CERTS).mkdir(parents=True, exist_ok=True)  # an empty mountpoint
+    sa_dir = d / "trainer-serviceaccount"
+    wrapped = in_mount_namespace(command, {components.POD_SERVICE_ACCOUNT_DIR: str(sa_dir), components.TRAINER_SERVING_CERTS: str(certs)})
+    if wrapped is None:
+        return None
+    ns = components.TRAINER_NAMESPACE
+    admin.apply({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": components.TRAINER_SERVICE_ACCOUNT, "namespace": ns}}, manager=LOCAL_MANAGER)
+    token = admin.request("POST", admin.path("v1", "ServiceAccount", components.TRAINER_SERVICE_ACCOUNT, ns) + "/token",
+                          body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 86400}})["status"]["token"]
+    sa_dir.mkdir()
+    _write(sa_dir / "token", token, 0o600)
+    _write(sa_dir / "namespace", ns)
+    _write(sa_dir / "ca.crt", ca_pem)
+    b64 = lambda text: base64.b64encode(text.encode()).decode()  # noqa: E731
+    admin.apply({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls", "metadata": {"name": components.TRAINER_WEBHOOK_SECRET, "namespace": ns},
+                 "data": {"ca.crt": b64(ca_pem), "tls.crt": b64((certs / "tls.crt").read_text()), "tls.key": b64((certs / "tls.key").read_text())}}, manager=LOCAL_MANAGER)
+    return wrapped
 
 
 def _kueue_metrics_certs(certs: pathlib.Path, procs: Processes) -> None:

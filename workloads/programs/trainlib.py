@@ -209,7 +209,7 @@ def event(d: Dist, kind: str, **fields) -> None:
 
 _STATUS = trainer_status.Reporter()
 _METRICS: dict = {}  # the latest value of each metric the job reported
-_METRIC_FIELDS = {"loss": "loss", "epoch": "epoch", "samples_per_s": "samples_per_s", "val_loss": "val_loss", "val_accuracy": "val_accuracy", "final_loss": "loss"}
+_METRIC_FIELDS = {"loss": "loss", "epoch": "epoch", "samples_per_s": "samples_per_s", "val_loss": "val_loss", "val_accuracy": "val_accuracy", "tokens_per_s": "tokens_per_s", "final_loss": "loss"}
 
 
 def _report(kind: str, fields: dict) -> None:
