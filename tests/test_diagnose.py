@@ -71,3 +71,30 @@ def test_progress_and_eta_from_a_pods_lines():
     ]
     assert progress_of(lines) == {"step": 8, "total_steps": 12, "eta_s": 6.0, "loss": 1.9, "source": "log"}
     assert progress_of(["no events"]) is None
+
+
+SCHEDULER_SAYS = {"reason": "FailedScheduling", "message": "0/4 nodes are available: 4 node(s) didn't match Pod's node affinity/selector. preemption: 0/4 nodes are available: 4 Preemption is not helpful for scheduling.",
+                  "involvedObject": {"kind": "Pod", "name": "j-node-0-0"}, "lastTimestamp": "2026-11-25T03:00:00Z"}
+
+
+def test_the_schedulers_words_before_a_launch_are_no_finding_once_the_pod_runs():
+    """kube-scheduler says FailedScheduling for every pod before Karpenter's node is up: a job
+    that then runs has nothing to diagnose."""
+    running = pod("j-node-0-0")
+    running["spec"] = {"nodeName": "ip-10-0-1-2"}
+    assert diagnose(Evidence(pods=[running], events=[SCHEDULER_SAYS])) == []
+
+
+def test_a_pod_still_waiting_with_only_the_schedulers_words_is_waiting_for_a_node():
+    pending = {"metadata": {"name": "j-node-0-0"}, "spec": {}, "status": {"phase": "Pending"}}
+    found = causes(Evidence(pods=[pending], events=[SCHEDULER_SAYS]))
+    assert list(found) == ["waiting for a node"] and "0/4 nodes are available" in found["waiting for a node"][0]
+
+
+def test_karpenters_limit_is_named_once_for_all_pods_and_outranks_the_scheduler():
+    pending = [{"metadata": {"name": f"j-node-0-{i}"}, "spec": {}, "status": {"phase": "Pending"}} for i in range(4)]
+    said = [{"reason": "FailedScheduling", "message": "Failed to schedule pod, all available instance types exceed limits for nodepool (NodePool=gpu-pool)",
+             "involvedObject": {"kind": "Pod", "name": f"j-node-0-{i}"}, "source": {"component": "karpenter"}} for i in range(4)]
+    findings = diagnose(Evidence(pods=pending, events=[SCHEDULER_SAYS, *said]))
+    assert [f.cause for f in findings] == ["no capacity (Karpenter cannot launch)"]
+    assert len(findings[0].evidence) == 1 and "gpuLimit" in findings[0].hint

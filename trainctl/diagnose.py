@@ -75,6 +75,29 @@ def _name(obj: dict) -> str:
     return (obj.get("metadata") or {}).get("name", "?")
 
 
+NO_CAPACITY = "no capacity (Karpenter cannot launch)"
+# Karpenter v1.14.1's events (pkg/controllers/provisioning/scheduling/events.go, nodeclaim/lifecycle/
+# events.go): on a pod it cannot place, FailedScheduling "Failed to schedule pod, <why>"; on a
+# NodeClaim, InsufficientCapacityError or NodeClassNotReady; on a NodePool, NoCompatibleInstanceTypes.
+# The kube-scheduler's FailedScheduling ("0/N nodes are available: ...") comes before every launch.
+KARPENTER_REASONS = ("InsufficientCapacityError", "NodeClassNotReady", "NoCompatibleInstanceTypes", "FailedLaunch", "LaunchFailed")
+
+
+def _karpenter_cannot(e: dict) -> bool:
+    reason, msg = e.get("reason", ""), e.get("message", "")
+    return reason in KARPENTER_REASONS or msg.startswith("Failed to schedule pod, ") or "InsufficientInstanceCapacity" in msg
+
+
+def _capacity_hint(msg: str) -> str:
+    if "exceed limits" in msg:
+        return "the GPU pool is at its limit (gpuPool.gpuLimit, or the EFA pool's): wait for other jobs to finish, use fewer GPUs, or raise the limit"
+    return "no GPU node of the type could be launched (capacity, the pool's instance types, the zone): try another type or zone, or wait"
+
+
+def _when(e: dict) -> str:
+    return str(e.get("lastTimestamp") or e.get("eventTime") or (e.get("metadata") or {}).get("creationTimestamp") or "")
+
+
 def diagnose(ev: Evidence) -> list[Finding]:
     found: dict[str, Finding] = {}
 
@@ -126,15 +149,28 @@ def diagnose(ev: Evidence) -> list[Finding]:
         if deact and deact.get("status") in ("True", "False") and "RequeuingLimitExceeded" in (deact.get("reason", "") + deact.get("message", "")):
             add("Kueue: gave up after requeues", f"workload {_name(wl)}: {deact.get('reason')}: {deact.get('message', '')}".strip(), "its pods never all started within kueue.podsReadyTimeout: see capacity and image pull findings")
     # events: scheduling, Karpenter, GPU faults, spot
-    for e in ev.events:
+    unscheduled: dict[str, str] = {}  # pod -> the scheduler's newest word on it
+    said: set[str] = set()
+    for e in sorted(ev.events, key=_when):
         reason, msg = e.get("reason", ""), e.get("message", "")
-        obj = f"{(e.get('involvedObject') or {}).get('kind', '')}/{(e.get('involvedObject') or {}).get('name', '')}"
-        if reason in ("FailedScheduling", "FailedLaunch", "LaunchFailed", "InsufficientCapacityError") or "no instance type" in msg or "InsufficientInstanceCapacity" in msg:
-            add("no capacity (Karpenter cannot launch)", f"{obj}: {reason}: {msg}", "no GPU node of the type could be launched (capacity, the pool's limit, the zone): try another type or zone, or wait")
+        involved = e.get("involvedObject") or {}
+        obj = f"{involved.get('kind', '')}/{involved.get('name', '')}"
+        if _karpenter_cannot(e) and msg not in said:  # the same words for every pod of the job: once
+            said.add(msg)
+            add(NO_CAPACITY, f"{obj}: {reason}: {msg}", _capacity_hint(msg))
+        elif reason == "FailedScheduling":
+            unscheduled[involved.get("name", "")] = f"{obj}: {reason}: {msg}"
         if "Xid" in msg:
             add("GPU fault (Xid)", f"{obj}: {reason}: {msg}", "the node's GPU reported an error: it should be repaired or replaced; the job restarts elsewhere")
         if "SpotInterrupt" in reason or "spot interruption" in msg.lower() or reason in ("Preempted", "Evicted"):
             add("preemption or eviction", f"{obj}: {reason}: {msg}", "the job was stopped from outside; it resumes from its checkpoint")
+    # the scheduler finds no node for every pod until Karpenter's node is up: a finding only for a
+    # pod that is still waiting when Karpenter has said nothing of it
+    if NO_CAPACITY not in found:
+        for pod in ev.pods:
+            waiting = (pod.get("status") or {}).get("phase") == "Pending" and not (pod.get("spec") or {}).get("nodeName")
+            if waiting and _name(pod) in unscheduled:
+                add("waiting for a node", unscheduled[_name(pod)], "no node fits yet: Karpenter launches one within minutes; if it persists, look at the pool's NodeClaims and Karpenter's events")
     for node in ev.nodes:
         for kind in ("Ready", "AcceleratedHardwareReady"):
             c = _cond(node, kind)
