@@ -98,3 +98,10 @@ def test_karpenters_limit_is_named_once_for_all_pods_and_outranks_the_scheduler(
     findings = diagnose(Evidence(pods=pending, events=[SCHEDULER_SAYS, *said]))
     assert [f.cause for f in findings] == ["no capacity (Karpenter cannot launch)"]
     assert len(findings[0].evidence) == 1 and "gpuLimit" in findings[0].hint
+
+
+def test_karpenter_waiting_for_a_volume_is_not_called_capacity():
+    said = {"reason": "FailedScheduling", "message": "Failed to schedule pod, pvc is considered unbound because it does not contain annotation (PersistentVolume=training-checkpoints, PersistentVolumeClaim=checkpoints, annotation=pv.kubernetes.io/bind-completed)",
+            "involvedObject": {"kind": "Pod", "name": "j-node-0-0"}, "source": {"component": "karpenter"}}
+    found = causes(Evidence(events=[said]))
+    assert list(found) == ["volume not ready"]

@@ -91,6 +91,9 @@ def _karpenter_cannot(e: dict) -> bool:
 def _capacity_hint(msg: str) -> str:
     if "exceed limits" in msg:
         return "the GPU pool is at its limit (gpuPool.gpuLimit, or the EFA pool's): wait for other jobs to finish, use fewer GPUs, or raise the limit"
+    if "no instance type met the scheduling requirements" in msg:
+        # Karpenter leaves out the types the NodePool's remaining limit cannot hold, so a pool near its limit says this too
+        return "no instance type the pool may still launch fits the pod (its resources=... above): the pool may be near its GPU limit (wait for other jobs), or ask for another type or fewer GPUs per node"
     return "no GPU node of the type could be launched (capacity, the pool's instance types, the zone): try another type or zone, or wait"
 
 
@@ -157,7 +160,10 @@ def diagnose(ev: Evidence) -> list[Finding]:
         obj = f"{involved.get('kind', '')}/{involved.get('name', '')}"
         if _karpenter_cannot(e) and msg not in said:  # the same words for every pod of the job: once
             said.add(msg)
-            add(NO_CAPACITY, f"{obj}: {reason}: {msg}", _capacity_hint(msg))
+            if "pvc" in msg.lower() or "PersistentVolumeClaim" in msg:
+                add("volume not ready", f"{obj}: {reason}: {msg}", "a volume the pod mounts (the checkpoint claim) is not bound yet: usually for seconds after the namespace is made; if it lasts, kubectl get pvc in the namespace")
+            else:
+                add(NO_CAPACITY, f"{obj}: {reason}: {msg}", _capacity_hint(msg))
         elif reason == "FailedScheduling":
             unscheduled[involved.get("name", "")] = f"{obj}: {reason}: {msg}"
         if "Xid" in msg:

@@ -67,6 +67,13 @@ class StackPlan:
         release = next((r for r in self.releases if r.name == "kubeflow-trainer"), None)
         return dict((((release.values if release else {}).get("manager") or {}).get("config") or {}).get("featureGates") or {})
 
+    def karpenter_feature_gates(self) -> str:
+        """The FEATURE_GATES the Karpenter chart gives its controller from the stack's values
+        (``settings.featureGates.<gate>``, camelCase, as ``<Gate>=<bool>``); empty without Karpenter."""
+        release = next((r for r in self.releases if r.name == "karpenter"), None)
+        gates = ((release.values if release else {}).get("settings") or {}).get("featureGates") or {}
+        return ",".join(f"{k[0].upper()}{k[1:]}={str(bool(v)).lower()}" for k, v in sorted(gates.items()))
+
     @property
     def objects(self) -> list[dict]:
         return [o for wave in self.waves for o in wave]

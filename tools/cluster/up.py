@@ -287,7 +287,8 @@ def _start(stack: str, d: pathlib.Path, plan: StackPlan, procs: Processes, units
     types_file = _write(d / "instance-types.json", json.dumps(sim.instance_types(plan.zones)))
     procs.start("karpenter", [str(karpenter_u.path("karpenter-kwok"))], env={
         "KUBECONFIG": kc, "DISABLE_LEADER_ELECTION": "true", "METRICS_PORT": str(ports["karpenter-metrics"]), "HEALTH_PROBE_PORT": str(ports["karpenter-health"]),
-        "INSTANCE_TYPES_FILE_PATH": str(types_file), "LOG_LEVEL": "info", "BATCH_IDLE_DURATION": "1s", "BATCH_MAX_DURATION": "5s"})
+        "INSTANCE_TYPES_FILE_PATH": str(types_file), "LOG_LEVEL": "info", "BATCH_IDLE_DURATION": "1s", "BATCH_MAX_DURATION": "5s",
+        **({"FEATURE_GATES": plan.karpenter_feature_gates()} if plan.karpenter_feature_gates() else {})})
     procs.wait("karpenter", lambda: _get(f"http://127.0.0.1:{ports['karpenter-health']}/readyz"), 120, "/readyz")
     admin.apply(sim.kwok_node_class(), manager=LOCAL_MANAGER)
 
