@@ -170,3 +170,14 @@ def test_the_programs_step_and_result_events_feed_the_reporter(monkeypatch, caps
     assert calls[1] == ("final", {"step": 30, "total_steps": 30, "eta_s": 0, "metrics": {"loss": 0.5, "epoch": 0, "samples_per_s": 900.0, "val_loss": 1.2, "val_accuracy": 0.9}})
     assert len(calls) == 2
     assert "TRAINING_EVENT" in capsys.readouterr().out  # the log lines stay
+
+
+def test_the_final_report_is_never_overtaken_by_a_step_report(server):
+    env, seen, _, _ = server
+    r = trainer_status.Reporter(env, interval=0.0)
+    for step in range(1, 200):
+        r.update(step=step, total_steps=200, eta_s=1.0)
+    assert r.final(step=200, total_steps=200, eta_s=0)
+    r.update(step=5, total_steps=200, eta_s=1.0)  # after the end: ignored
+    threading.Event().wait(0.3)
+    assert seen[-1]["body"]["trainerStatus"]["progressPercentage"] == 100

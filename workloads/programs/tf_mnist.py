@@ -39,6 +39,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TensorFlow's INFO lines, b
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+import trainer_status  # noqa: E402  (beside this program, as in the image)
 
 EXIT_BAD_CONFIG = 3  # non-retryable: the runtime's failure policy fails the job at once
 FAULT_ENV = "TRAINING_FAULT_AT_STEP"  # failure drills (tools/emulate.py): SIGKILL the node after step K
@@ -116,10 +117,20 @@ class Velocities(tf.Module):
         self.values = [tf.Variable(tf.zeros_like(p)) for p in params]
 
 
+_STATUS = trainer_status.Reporter()  # the Trainer's status server, where it serves one
+
+
 def event(chief: bool, kind: str, **fields) -> None:
-    """Machine-readable progress line from the chief (the same format as the torch programs')."""
-    if chief:
-        print(f"TRAINING_EVENT {json.dumps({'event': kind, **fields}, sort_keys=True)}", flush=True)
+    """Machine-readable progress line from the chief (the same format as the torch programs'); its
+    steps and result also go to the Trainer (TrainJob.status.trainerStatus)."""
+    if not chief:
+        return
+    print(f"TRAINING_EVENT {json.dumps({'event': kind, **fields}, sort_keys=True)}", flush=True)
+    metrics = {k: fields[k] for k in ("loss", "epoch", "samples_per_s") if fields.get(k) is not None}
+    if kind == "step":
+        _STATUS.update(step=fields["step"], total_steps=fields.get("total_steps"), eta_s=fields.get("eta_s"), metrics=metrics)
+    elif kind == "result":
+        _STATUS.final(step=fields["final_step"], total_steps=fields["final_step"], eta_s=0, metrics={"loss": fields.get("final_loss")})
 
 
 def fault_point(step: int) -> None:
@@ -207,6 +218,7 @@ def main(argv=None) -> int:
 
     last_loss = float("nan")
     window_start, window_steps = time.perf_counter(), 0
+    attempt_start, attempt_first = time.perf_counter(), step
     try:
         while step < total_steps:
             x, y = batch(step)
@@ -216,7 +228,9 @@ def main(argv=None) -> int:
             fault_point(step)
             if step % args.log_every == 0 or step == total_steps:
                 seconds = time.perf_counter() - window_start
-                event(chief, "step", step=step, epoch=(step - 1) // steps_per_epoch, loss=round(last_loss, 6), samples_per_s=round(window_steps * global_batch / max(seconds, 1e-9), 1))
+                rate = (step - attempt_first) / max(time.perf_counter() - attempt_start, 1e-9)  # this attempt's steps per second
+                event(chief, "step", step=step, epoch=(step - 1) // steps_per_epoch, loss=round(last_loss, 6), samples_per_s=round(window_steps * global_batch / max(seconds, 1e-9), 1),
+                      total_steps=total_steps, eta_s=round((total_steps - step) / rate, 1) if rate > 0 else None)
                 window_start, window_steps = time.perf_counter(), 0
             if step % args.checkpoint_every == 0 or step == total_steps:
                 save(step)

@@ -74,6 +74,8 @@ class Reporter:
         self._last_sent = -math.inf
         self._pending: dict | None = None
         self._lock = threading.Lock()
+        self._send_lock = threading.Lock()  # one report at a time: the final one is never overtaken
+        self._finished = False
         self._wake = threading.Event()
         self._said: set[str] = set()
         self._thread: threading.Thread | None = None
@@ -84,7 +86,7 @@ class Reporter:
 
     def update(self, **fields) -> None:
         """Queue this step's status; the thread sends the newest once ``interval`` has passed."""
-        if not self.enabled:
+        if not self.enabled or self._finished:
             return
         with self._lock:
             self._pending = body(**fields)
@@ -98,8 +100,9 @@ class Reporter:
         if not self.enabled:
             return False
         with self._lock:
-            self._pending = None
-        return self.send(body(**fields))
+            self._pending, self._finished = None, True
+        with self._send_lock:
+            return self.send(body(**fields))
 
     def _run(self) -> None:
         while True:
@@ -111,7 +114,9 @@ class Reporter:
                 pending, self._pending = self._pending, None
                 self._wake.clear()
             if pending is not None:
-                self.send(pending)
+                with self._send_lock:
+                    if not self._finished:  # a step report never lands after the final one
+                        self.send(pending)
 
     def send(self, payload: dict) -> bool:
         self._last_sent = time.monotonic()
