@@ -25,6 +25,16 @@ from config.names import METRIC_ALARM, METRIC_FILTER, SNS_TOPIC
 from config.settings import Settings
 
 TRAINING_METRICS_NAMESPACE = "TrainingPlatform"
+# The dimension sets the CloudWatch agent publishes Container Insights metrics under (the EMF
+# exporter's metric declarations, aws/amazon-cloudwatch-agent translator/translate/otel/exporter/
+# awsemf/kubernetes.go): cluster_failed_node_count only under {ClusterName}; node_gpu_utilization
+# (with enhanced_container_insights and accelerated_compute_metrics on, as the observability add-on
+# configures) under {ClusterName}, {ClusterName, NodeName, InstanceId} and one with GpuDevice. An
+# alarm's dimensions must be one of those sets exactly, or it watches a metric that never exists.
+CONTAINER_INSIGHTS_DIMENSIONS = {
+    "cluster_failed_node_count": [("ClusterName",)],
+    "node_gpu_utilization": [("ClusterName",), ("ClusterName", "NodeName", "InstanceId"), ("ClusterName", "NodeName", "InstanceId", "InstanceType", "GpuDevice")],
+}
 # the words the programs print with a failed or stalled metric line (workloads/programs/trainlib.py ALERT_TOKENS)
 ALERT_TOKENS = {"failed": "TRAINING_PLATFORM_JOB_FAILED", "stalled": "TRAINING_PLATFORM_JOB_STALLED"}
 

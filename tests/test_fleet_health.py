@@ -77,6 +77,13 @@ def test_alarms_on_a_topic_with_their_metrics_and_thresholds():
         assert (a["namespace"], a["metricName"], a["statistic"], a["comparisonOperator"], a["threshold"]) == (ns, metric, stat, op, threshold), key
         assert a["treatMissingData"] == "notBreaching"  # no GPU node or no job: no alarm
     assert alarms["gpus-idle"]["period"] * alarms["gpus-idle"]["evaluationPeriods"] == 60 * 60  # idleMinutes 60
+    # a Container Insights alarm names a dimension set the CloudWatch agent publishes (components/alarms.py)
+    from components.alarms import CONTAINER_INSIGHTS_DIMENSIONS
+
+    for key in ("gpus-idle", "nodes-not-ready"):
+        a = alarms[key]
+        assert tuple(sorted(a["dimensions"])) in [tuple(sorted(d)) for d in CONTAINER_INSIGHTS_DIMENSIONS[a["metricName"]]], (key, a["dimensions"])
+        assert a["dimensions"]["ClusterName"] == run.one("eks:index:Cluster").inputs["name"]
     filters = {f.inputs["metricTransformation"]["name"]: f.inputs["pattern"] for f in run.by_type("aws:cloudwatch/logMetricFilter:LogMetricFilter")}
     assert set(filters) == {"TrainJobsFailed", "TrainJobsStalled"}
 
