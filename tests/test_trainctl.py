@@ -134,9 +134,10 @@ def test_dry_run_prints_code_configmap_and_valid_trainjob(need_schemas, proj, ca
     assert cm["kind"] == "ConfigMap" and cm["metadata"]["namespace"] == NS and cm["immutable"] is True
     # the code is in it, hidden files, .git and __pycache__ are not; binary files as base64 binaryData
     launcher = (tj.PROGRAMS_DIR / "launch.py").read_text()  # the platform's launcher rides along (one failure policy)
-    assert cm["data"] == {"train.py": (proj / "train.py").read_text(), "conf__base.yaml": "lr: 0.1\n", objects.LAUNCHER: launcher}
+    status = (tj.PROGRAMS_DIR / "trainer_status.py").read_text()  # and its progress reporter (import _platform_status)
+    assert cm["data"] == {"train.py": (proj / "train.py").read_text(), "conf__base.yaml": "lr: 0.1\n", objects.LAUNCHER: launcher, objects.STATUS_MODULE: status}
     assert base64.b64decode(cm["binaryData"]["weights.bin"]) == bytes(range(256))
-    assert cm["metadata"]["name"] == tj.code_configmap_name({"train.py": (proj / "train.py").read_text(), "conf__base.yaml": "lr: 0.1\n", "weights.bin": bytes(range(256)), objects.LAUNCHER: launcher})
+    assert cm["metadata"]["name"] == tj.code_configmap_name({"train.py": (proj / "train.py").read_text(), "conf__base.yaml": "lr: 0.1\n", "weights.bin": bytes(range(256)), objects.LAUNCHER: launcher, objects.STATUS_MODULE: status})
     assert job["kind"] == "TrainJob" and job["metadata"]["namespace"] == NS
     assert job["metadata"]["labels"] == {tj.JOB_LABEL: objects.TRAINCTL_KIND, "kueue.x-k8s.io/queue-name": "default", "kueue.x-k8s.io/priority-class": "normal"}
     trainer = job["spec"]["trainer"]
@@ -148,7 +149,8 @@ def test_dry_run_prints_code_configmap_and_valid_trainjob(need_schemas, proj, ca
     pod = trainer_api.read_pod_customization(job["spec"])
     code_volume = next(v for v in pod["volumes"] if v["name"] == tj.CODE_VOLUME)
     assert code_volume["configMap"] == {"name": cm["metadata"]["name"], "items": [
-        {"key": objects.LAUNCHER, "path": objects.LAUNCHER}, {"key": "conf__base.yaml", "path": "conf/base.yaml"}, {"key": "train.py", "path": "train.py"}, {"key": "weights.bin", "path": "weights.bin"}]}
+        {"key": objects.LAUNCHER, "path": objects.LAUNCHER}, {"key": objects.STATUS_MODULE, "path": objects.STATUS_MODULE}, {"key": "conf__base.yaml", "path": "conf/base.yaml"},
+        {"key": "train.py", "path": "train.py"}, {"key": "weights.bin", "path": "weights.bin"}]}
     assert {"name": tj.CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": "checkpoints"}} in pod["volumes"]
     assert pod["nodeSelector"]["node.kubernetes.io/instance-type"] == "g5.xlarge"
     # what the API server would accept: the Trainer CRD's schema and CEL rules, the ConfigMap's schema

@@ -97,6 +97,24 @@ def test_code_writing_mnt_checkpoints_writes_the_jobs_volume(home, tmp_path, cap
     assert (sorted(host.rglob("*")) if host.exists() else None) == before  # the host's path untouched
 
 
+REPORTS_PROGRESS = """import os, json, _platform_status
+r = _platform_status.Reporter()  # beside the code, as in the pod; no Trainer here: it sends nothing
+for step in (1, 2):
+    r.update(step=step, total_steps=2, eta_s=2 - step, metrics={"loss": 1.0 / step})
+    if os.environ["RANK"] == "0":
+        print("TRAINING_EVENT " + json.dumps({"event": "step", "step": step, "total_steps": 2, "eta_s": 2 - step}), flush=True)
+print("enabled", r.enabled, flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_user_code_reports_progress_through_the_shipped_reporter(home, tmp_path, capsys):
+    r = submit_and_wait(tmp_path, capsys, "reporter", REPORTS_PROGRESS)
+    assert r["phase"] == "Complete", "".join(local.logs("reporter", node=None, follow=False))
+    assert r["progress"] == {"step": 2, "total_steps": 2, "eta_s": 0, "source": "log"}
+    assert "enabled False" in "".join(local.logs("reporter", node=0, follow=False))
+
+
 def test_delete_of_an_unknown_local_job_is_one_line(home, capsys):
     rc, out, err = run(capsys, "delete", "--local", "nope")
     assert rc == 1 and err.count("\n") == 1 and "no local job nope" in err

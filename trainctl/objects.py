@@ -169,14 +169,21 @@ def entry(req: Request, bundle: CodeBundle) -> dict[str, Any]:
 
 
 LAUNCHER = "_platform_launch.py"  # workloads/programs/launch.py, shipped beside the user's code
+# workloads/programs/trainer_status.py, shipped beside the user's code: ``import _platform_status``
+# and ``_platform_status.Reporter().update(step=..., total_steps=..., eta_s=...)`` puts the job's
+# progress in its TrainJob (Trainer v2.3.0); elsewhere it does nothing
+STATUS_MODULE = "_platform_status.py"
+SHIPPED = {LAUNCHER: "launch.py", STATUS_MODULE: "trainer_status.py"}
 
 
 def with_launcher(bundle: CodeBundle) -> CodeBundle:
-    """The bundle plus the platform's launcher (refused if the user's directory has that name)."""
-    if LAUNCHER in bundle.paths or LAUNCHER in bundle.files:
-        raise SubmitError(f"the code dir has a file named {LAUNCHER!r}, the name of the platform's launcher; rename it")
-    source = (tj.PROGRAMS_DIR / "launch.py").read_text()
-    return replace(bundle, files={**bundle.files, LAUNCHER: source}, paths={**bundle.paths, LAUNCHER: LAUNCHER})
+    """The bundle plus the platform's launcher and progress reporter (refused if the user's
+    directory has one of their names)."""
+    taken = [name for name in SHIPPED if name in bundle.paths or name in bundle.files]
+    if taken:
+        raise SubmitError(f"the code dir has a file named {taken[0]!r}, the name of one of the platform's files beside your code ({', '.join(SHIPPED)}); rename it")
+    shipped = {name: (tj.PROGRAMS_DIR / source).read_text() for name, source in SHIPPED.items()}
+    return replace(bundle, files={**bundle.files, **shipped}, paths={**bundle.paths, **{name: name for name in shipped}})
 
 
 def default_name(req: Request, bundle: CodeBundle) -> str:
