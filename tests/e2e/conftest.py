@@ -63,4 +63,14 @@ def admin(up: cluster.Up) -> Client:
     return up.client()
 
 
-__all__ = ["Clusters", "admin", "stack_file", "wait_for"]
+def trainctl(capsys, up: cluster.Up, *args: str) -> tuple[int, str, str]:
+    """``trainctl <command> --kubeconfig <the cluster's> <args...>``: exit code, stdout, stderr."""
+    from trainctl import cli
+
+    capsys.readouterr()
+    rc = cli.main([args[0], "--kubeconfig", str(up.kubeconfig), *args[1:]])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+__all__ = ["Clusters", "admin", "stack_file", "trainctl", "wait_for"]

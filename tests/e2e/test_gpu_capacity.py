@@ -17,8 +17,7 @@ import json
 
 import pytest
 
-from tests.e2e.conftest import wait_for
-from trainctl import cli
+from tests.e2e.conftest import trainctl, wait_for
 
 STACK = "dev"
 NS = "training"
@@ -36,16 +35,9 @@ def dev(clusters):
     return up
 
 
-def _trainctl(capsys, up, *args) -> tuple[int, str, str]:
-    capsys.readouterr()
-    rc = cli.main([args[0], "--kubeconfig", str(up.kubeconfig), *args[1:]])
-    out = capsys.readouterr()
-    return rc, out.out, out.err
-
-
 def test_a_job_beyond_the_pools_gpu_limit_is_diagnosed_as_no_capacity(dev, capsys, tmp_path):
     (tmp_path / "train.py").write_text("print('step')\n")
-    rc, _, err = _trainctl(capsys, dev, "submit", "-n", NS, "--nodes", "5", "--instance-type", "g5.12xlarge", "--name", "too-wide", str(tmp_path), "--", "python", "train.py")
+    rc, _, err = trainctl(capsys, dev, "submit", "-n", NS, "--nodes", "5", "--instance-type", "g5.12xlarge", "--name", "too-wide", str(tmp_path), "--", "python", "train.py")
     assert rc == 0, err  # 5 x 4 = 20 GPUs against the pool's gpuLimit of 16
     client = dev.client()
 
@@ -54,7 +46,7 @@ def test_a_job_beyond_the_pools_gpu_limit_is_diagnosed_as_no_capacity(dev, capsy
         return [e for e in events if (e.get("source", {}).get("component") == "karpenter" or e.get("reportingComponent") == "karpenter") and e["reason"] == "FailedScheduling"]
 
     said = wait_for("Karpenter's word on the job's pods", karpenter_said, dev, timeout=120)
-    rc, out, err = _trainctl(capsys, dev, "diagnose", "-n", NS, "too-wide", "-o", "json")
+    rc, out, err = trainctl(capsys, dev, "diagnose", "-n", NS, "too-wide", "-o", "json")
     assert rc == 0, err
     findings = json.loads(out)
     capacity = [f for f in findings if f["cause"] == "no capacity (Karpenter cannot launch)"]
@@ -65,7 +57,7 @@ def test_a_job_beyond_the_pools_gpu_limit_is_diagnosed_as_no_capacity(dev, capsy
     assert "limit" in capacity[0]["hint"]
     # the scheduler's own "0/N nodes are available" precedes every launch: not a finding of its own here
     assert not any(line.split(": ", 2)[-1].startswith("0/") for f in findings for line in f["evidence"]), findings
-    _trainctl(capsys, dev, "delete", "-n", NS, "too-wide")
+    trainctl(capsys, dev, "delete", "-n", NS, "too-wide")
 
 
 NODECLAIM = ("karpenter.sh/v1", "NodeClaim")

@@ -13,9 +13,9 @@ import json
 import pytest
 
 from manifests.kueue import PRIORITIES, PRIORITY_LABEL
-from tests.e2e.conftest import wait_for
+from tests.e2e.conftest import trainctl, wait_for
 from tests.e2e.test_teams import _torch_runtime, as_team, submit_code
-from trainctl import cli, code, objects
+from trainctl import code, objects
 
 STACK = "teams"
 TRAINJOB = ("trainer.kubeflow.org/v1alpha1", "TrainJob")
@@ -59,18 +59,20 @@ def _cond(w: dict | None, kind: str) -> dict | None:
     return next((c for c in ((w or {}).get("status") or {}).get("conditions") or [] if c["type"] == kind), None)
 
 
+def _holds(admin, namespace: str, job: str, kind: str) -> dict | None:
+    """The job's Workload condition ``kind`` when it is True."""
+    c = _cond(_workload(admin, namespace, job), kind)
+    return c if c and c["status"] == "True" else None
+
+
 def _admitted(admin, namespace: str, job: str):
-    w = _workload(admin, namespace, job)
-    c = _cond(w, "Admitted")
-    return w if c and c["status"] == "True" else None
+    return _workload(admin, namespace, job) if _holds(admin, namespace, job, "Admitted") else None
 
 
 def _diagnose(capsys, up, namespace: str, name: str) -> list[dict]:
-    capsys.readouterr()
-    rc = cli.main(["diagnose", "--kubeconfig", str(up.kubeconfig), "-n", namespace, name, "-o", "json"])
-    out = capsys.readouterr()
-    assert rc == 0, out.err
-    return json.loads(out.out)
+    rc, out, err = trainctl(capsys, up, "diagnose", "-n", namespace, name, "-o", "json")
+    assert rc == 0, err
+    return json.loads(out)
 
 
 def test_a_high_priority_job_preempts_a_low_one_in_its_queue_and_diagnose_says_so(teams, tmp_path, capsys):
@@ -88,14 +90,10 @@ def test_a_high_priority_job_preempts_a_low_one_in_its_queue_and_diagnose_says_s
     # the cohort is full, so a high job of 8 GPUs can only run by preempting the lower one
     _submit(nlp, up, tmp_path, "nlp", "deadline", nodes=2, priority="high")
 
-    def preempted():
-        c = _cond(_workload(admin, "nlp", "sweep"), "Evicted")
-        return c if c and c["status"] == "True" else None
-
-    evicted = wait_for("the low sweep evicted by Kueue", preempted, up, timeout=90)
+    evicted = wait_for("the low sweep evicted by Kueue", lambda: _holds(admin, "nlp", "sweep", "Evicted"), up, timeout=90)
     assert evicted["reason"] == "Preempted", evicted
-    pre = _cond(_workload(admin, "nlp", "sweep"), "Preempted")
-    assert pre and pre["status"] == "True" and pre["reason"] == "InClusterQueue", pre
+    pre = _holds(admin, "nlp", "sweep", "Preempted")
+    assert pre and pre["reason"] == "InClusterQueue", pre
     w_high = wait_for("the high job admitted", lambda: _admitted(admin, "nlp", "deadline"), up, timeout=90)
     assert w_high["spec"]["priority"] == PRIORITIES["high"]
     # the preempted TrainJob is suspended (its pods get SIGTERM and the grace period: the checkpoint path)
@@ -142,10 +140,6 @@ def test_a_team_reclaims_its_quota_from_a_borrower_in_the_cohort(teams, tmp_path
     wait_for("nlp's borrower admitted on the whole cohort", lambda: _admitted(admin, "nlp", "borrower"), up, timeout=90)
     _submit(vision, up, tmp_path, "vision", "guaranteed", nodes=4, priority="low")
 
-    def reclaimed():
-        c = _cond(_workload(admin, "nlp", "borrower"), "Preempted")
-        return c if c and c["status"] == "True" else None
-
-    pre = wait_for("the borrower preempted for vision's quota", reclaimed, up, timeout=90)
+    pre = wait_for("the borrower preempted for vision's quota", lambda: _holds(admin, "nlp", "borrower", "Preempted"), up, timeout=90)
     assert pre["reason"] == "InCohortReclamation", pre
     wait_for("vision's job admitted", lambda: _admitted(admin, "vision", "guaranteed"), up, timeout=90)

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.e2e.conftest import wait_for
+from tests.e2e.conftest import trainctl, wait_for
 from tools.cluster.components import SIMULATED_POD_LOG
 from trainctl import cli
 
@@ -19,13 +19,6 @@ NS = "training"
 @pytest.fixture(scope="module")
 def dev(clusters):
     return clusters.get(STACK)
-
-
-def trainctl(capsys, up, *args) -> tuple[int, str, str]:
-    capsys.readouterr()
-    rc = cli.main([args[0], "--kubeconfig", str(up.kubeconfig), *args[1:]])
-    out = capsys.readouterr()
-    return rc, out.out, out.err
 
 
 def test_submit_list_status_logs_delete(dev, capsys, tmp_path):
