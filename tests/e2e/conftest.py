@@ -35,6 +35,11 @@ class Clusters:
             _UP[key] = cluster.up(stack, out=self.out / instance, **options)
         return _UP[key]
 
+    def release(self, stack: str, instance: str) -> None:
+        """Stop a cluster of its own once its tests are done (2 cores hold only a few at once)."""
+        if _UP.pop(f"{instance}/{stack}", None) is not None:
+            cluster.down(stack, out=self.out / instance)
+
 
 @pytest.fixture(scope="package")  # stopped when the e2e tests are done, not at the end of the whole suite
 def clusters(tmp_path_factory) -> Iterator[Clusters]:

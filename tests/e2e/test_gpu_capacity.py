@@ -32,7 +32,8 @@ def dev(clusters):
     wait_for("the checkpoint claim bound", lambda: "pv.kubernetes.io/bind-completed" in (client.get("v1", "PersistentVolumeClaim", "checkpoints", NS)["metadata"].get("annotations") or {}), up, timeout=60)
     # the stack's jobs placed first: a job beyond the limit would otherwise race them for the pool
     wait_for("ddp-mnist running on the GPU pool", lambda: len(_running_on(client, "ddp-mnist")) == 2, up, timeout=180)
-    return up
+    yield up
+    clusters.release(STACK, "gpu-capacity")
 
 
 def test_a_job_beyond_the_pools_gpu_limit_is_diagnosed_as_no_capacity(dev, capsys, tmp_path):

@@ -32,7 +32,8 @@ def teams(clusters):
     for job in admin.list(*TRAINJOB, namespace):
         admin.delete(*TRAINJOB, job["metadata"]["name"], namespace)
     wait_for("the stack's own workloads gone", lambda: not admin.list(*WORKLOAD, namespace), up, timeout=90)
-    return up, access
+    yield up, access
+    clusters.release(STACK, "priorities")
 
 
 def _job(tmp_path, up, namespace: str, name: str, *, nodes: int, priority: str | None) -> tuple[dict, dict]:
