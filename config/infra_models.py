@@ -304,6 +304,10 @@ class TrainerSettings(Section):
     version: str = opt(versions.DEFAULT_TRAINER_VERSION, "Kubeflow Trainer release", choices=tuple(versions.TRAINER_VERSIONS))
     max_restarts: Int = opt(3, "whole-job restarts (JobSet failurePolicy.maxRestarts)", ge=0, le=100)
     shm_size: str = opt("64Gi", "size of the memory-backed /dev/shm volume", check=SchemaCheck(_shm_size, {"pattern": _K8S_QUANTITY_RE.pattern}))
+    termination_grace_seconds: Int = opt(
+        120, "seconds a training pod has from SIGTERM (Kueue preemption, a drain, a spot interruption) to SIGKILL to finish its step and save a checkpoint: the runtimes' terminationGracePeriodSeconds (a spot interruption gives 2 minutes at most)",
+        ge=30, le=3600,
+    )
     runtimes: list[str] = opt(list(RUNTIME_NAMES), "ClusterTrainingRuntimes to install (the runtimes of enabled jobs are always installed)", choices=RUNTIME_NAMES)
     allow_upgrade_from: str | None = opt(None, "installed Trainer release the docs/trainer-upgrade.md procedure was run for", choices=tuple(versions.TRAINER_VERSIONS))
 

@@ -81,6 +81,9 @@ class JobBase(Section):
     active_deadline_seconds: Int | None = opt(
         None, "runaway guard: the TrainJob fails (DeadlineExceeded) this many seconds after it starts; unset = no limit (Trainer v2.3.0 only: docs/runbook.md)", ge=1
     )
+    termination_grace_seconds: Int | None = opt(
+        None, "this job's time from SIGTERM to SIGKILL to finish its step and save (raise it when the program warns that its checkpoint does not fit); unset = trainer.terminationGraceSeconds; Trainer v2.3.0 only (runtimePatches)", ge=30, le=3600,
+    )
     priority: Literal["low", "normal", "high"] = opt("normal", "Kueue priority (WorkloadPriorityClass): a higher one may preempt lower ones within the cohort; the preempted job saves and resumes")
     stall_timeout_seconds: Int = opt(
         1800, "hang guard: a node whose program completes no step for this long stops (exit 124, saying so) and the job restarts (a hung collective holds every GPU of the job); 0 = off", ge=0, le=86400

@@ -415,6 +415,12 @@ def _lifecycle_rules(s: Settings) -> Iterator[ConfigError]:
                     f"Trainer {s.trainer.version}'s TrainJob has no activeDeadlineSeconds (it came with v2.2.0); allowed: unset, or trainer.version v2.3.0 "
                     "(on v2.1.0 stop a runaway job by hand: docs/runbook.md, 'Runaway jobs')",
                 )
+        for name, job in s.trainjobs.jobs().items():
+            if job.termination_grace_seconds is not None:  # v2.1.0's podTemplateOverrides has no such field
+                yield ConfigError(
+                    f"trainjobs.{name}.terminationGraceSeconds", job.termination_grace_seconds,
+                    f"Trainer {s.trainer.version} cannot set a job's own grace period (podTemplateOverrides has no terminationGracePeriodSeconds); allowed: unset (trainer.terminationGraceSeconds for every job), or trainer.version v2.3.0",
+                )
     check_type = s.smoke_checks.instance_type
     if s.smoke_checks.enabled and check_type is not None:
         pool = {i.name for i in s.gpu_pool.allowed_types()}

@@ -69,6 +69,7 @@ EFA_ENV = [
     {"name": "FI_EFA_FORK_SAFE", "value": "1"},
     {"name": "NCCL_NET_GDR_LEVEL", "value": "SYS"},
 ]
+GRACE_ENV = "TRAINING_TERMINATION_GRACE_S"  # the pod's terminationGracePeriodSeconds, for the programs
 BASE_ENV = [
     {"name": "PYTHONUNBUFFERED", "value": "1"},
     {"name": "NCCL_DEBUG", "value": "WARN"},
@@ -213,9 +214,12 @@ def runtime(
     """A ClusterTrainingRuntime named ``<name>-<hash of its immutable parts>``. ``initializers``:
     kind (``dataset``, ``model``) -> image; the node job then ``dependsOn`` their completion
     (JobSet ``dependsOn`` names earlier replicated jobs: they come first)."""
-    env = BASE_ENV + (extra_env or [])
+    # SIGTERM to SIGKILL: the programs save their step in it (workloads/programs/trainlib.py preemption)
+    # and warn when their checkpoint does not fit (TRAINING_TERMINATION_GRACE_S)
+    env = [*BASE_ENV, {"name": GRACE_ENV, "value": str(trainer.termination_grace_seconds)}, *(extra_env or [])]
     pod_spec = {
         "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": trainer.termination_grace_seconds,
         "automountServiceAccountToken": False,  # training code never calls the Kubernetes API
         "securityContext": trainer_pod_security(),
         "tolerations": [dict(GPU_TOLERATION)],

@@ -27,7 +27,7 @@ from config.settings import (
 from manifests import trainer_api
 from manifests.gpu_objects import EFA_LABEL, EFA_POOL, GPU_POOL, POOL_LABEL, efa_devices_per_node, efa_pool_of
 from manifests.kueue import PRIORITY_LABEL
-from manifests.runtimes import EFA_ENV, INITIALIZED_KEY_ENV, initialized_subpath, runtime_names
+from manifests.runtimes import EFA_ENV, GRACE_ENV, INITIALIZED_KEY_ENV, initialized_subpath, runtime_names
 from manifests.tenants import CHECKPOINT_CLAIM, QUEUE_LABEL
 from manifests.trainer_api import INITIALIZED_DATASET, INITIALIZED_MODEL
 
@@ -311,6 +311,10 @@ def trainjob(
             }
         ],
     }
+    grace_env = []
+    if job.termination_grace_seconds is not None:  # the job's own (v2.3.0: config refuses it on v2.1.0)
+        pod_spec["terminationGracePeriodSeconds"] = job.termination_grace_seconds
+        grace_env = [{"name": GRACE_ENV, "value": str(job.termination_grace_seconds)}]
     field, value = trainer_api.pod_customization(settings.trainer.version, metadata=None, pod_spec=pod_spec)
     init = initializer(job, settings) if entry is None else None  # trainctl's own commands bring no initializer
     lifecycle: dict[str, Any] = {}
@@ -330,7 +334,7 @@ def trainjob(
                 "numNodes": job.num_nodes,
                 "resourcesPerNode": resources_per_node(job, settings),
                 # with initializers the program reads data and models from disk: never the hub
-                "env": [*job_env(job, settings), *([{"name": "HF_HUB_OFFLINE", "value": "1"}] if init else []), {"name": JOB_NAME_ENV, "value": workload.name}, *_stall_env(job), *_preflight_env(job, efa_devices(job, settings))],
+                "env": [*job_env(job, settings), *([{"name": "HF_HUB_OFFLINE", "value": "1"}] if init else []), {"name": JOB_NAME_ENV, "value": workload.name}, *_stall_env(job), *_preflight_env(job, efa_devices(job, settings)), *grace_env],
             },
             **({"initializer": init} if init else {}),
             field: value,

@@ -24,7 +24,7 @@ FOUR_LINES = [
     "invalid config training-platform:gpuPool.capacityTypes[1] = 'ondemand': did you mean 'on-demand'? allowed: on-demand, spot, reserved",
     "invalid config training-platform:trainer.maxRestarts = -1: allowed: an integer from 0 to 100",
     "invalid config training-platform:trainjobs.ddp.numNode = 3: unknown key; did you mean 'numNodes'? "
-    "allowed keys: enabled, numNodes, instanceType, gpusPerNode, image, availabilityZone, extraArgs, activeDeadlineSeconds, priority, stallTimeoutSeconds, epochs",
+    "allowed keys: enabled, numNodes, instanceType, gpusPerNode, image, availabilityZone, extraArgs, activeDeadlineSeconds, terminationGraceSeconds, priority, stallTimeoutSeconds, epochs",
 ]
 
 
@@ -74,7 +74,7 @@ def test_snake_case_keys_are_python_only():
     assert TrainerSettings(max_restarts=9).max_restarts == 9
     assert EfaSettings(enabled=True, availability_zone="us-west-2a", instance_types=["p5.48xlarge"]).availability_zone == "us-west-2a"
     assert problems({"trainer": {"max_restarts": 9}}) == [
-        "invalid config training-platform:trainer.max_restarts = 9: unknown key; did you mean 'maxRestarts'? allowed keys: version, maxRestarts, shmSize, runtimes, allowUpgradeFrom"
+        "invalid config training-platform:trainer.max_restarts = 9: unknown key; did you mean 'maxRestarts'? allowed keys: version, maxRestarts, shmSize, terminationGraceSeconds, runtimes, allowUpgradeFrom"
     ]
 
 

@@ -56,6 +56,7 @@ import time
 from collections.abc import Iterator
 
 from manifests import trainer_api
+from manifests.runtimes import GRACE_ENV  # the pod's terminationGracePeriodSeconds, in its env
 from manifests.trainjobs import TINY_PROFILE
 from tools.emulator_mounts import in_mount_namespace
 from tools.emulator_objects import (  # noqa: F401
@@ -213,6 +214,11 @@ def say(line: str) -> None:
         sys.stdout.flush()
 
 
+
+K8S_DEFAULT_GRACE_S = 30  # a pod spec without one
+SIGTERM_LINE = "preemption: SIGTERM received"  # workloads/programs/trainlib.py, when the kubelet's SIGTERM arrives
+
+
 def _launcher_noise(line: str) -> bool:
     """torch's own log lines (glog/c10 W/I lines, torchrun's warnings): hidden; the programs' are not."""
     return line.startswith(("W1", "I1", "E1", "[W", "[I")) or line.startswith(("WARNING:torch.distributed", "INFO:torch.distributed"))
@@ -224,6 +230,9 @@ def _run_pods(commands: list[tuple[list[str], dict[str, str]]], pod_names: list[
     result = Attempt()
     lock = threading.Lock()
     procs: list[subprocess.Popen] = []
+    # a node told to stop (SIGTERM) has its pod's grace period to leave, then SIGKILL, as from the kubelet
+    graces = [float(env.get(GRACE_ENV) or K8S_DEFAULT_GRACE_S) for _, env in commands]
+    terminated_at: dict[int, float] = {}
 
     def kill(p: subprocess.Popen) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -234,6 +243,9 @@ def _run_pods(commands: list[tuple[list[str], dict[str, str]]], pod_names: list[
         assert stdout is not None  # stdout=PIPE
         for line in stdout:
             line = line.rstrip("\n")
+            if SIGTERM_LINE in line:
+                with lock:
+                    terminated_at.setdefault(n, time.monotonic())
             m = EVENT.match(line)
             if m:
                 ev = json.loads(m.group(1))
@@ -261,6 +273,12 @@ def _run_pods(commands: list[tuple[list[str], dict[str, str]]], pod_names: list[
             failed = {n: c for n, c in codes.items() if c not in (None, 0)}
             if failed or all(c == 0 for c in codes.values()):
                 break
+            with lock:
+                overdue = [n for n, at in terminated_at.items() if codes[n] is None and time.monotonic() - at > graces[n]]
+            for n in overdue:
+                print(f"emulate: {label} {n} did not leave within its grace period ({graces[n]:.0f} s) after SIGTERM: SIGKILL", flush=True)
+                kill(procs[n])
+                terminated_at.pop(n, None)
             if time.monotonic() > deadline:
                 print(f"emulate: {label} timed out after {timeout_s:.0f}s", flush=True)
                 result.timed_out = True

@@ -212,7 +212,24 @@ _METRICS: dict = {}  # the latest value of each metric the job reported
 _METRIC_FIELDS = {"loss": "loss", "epoch": "epoch", "samples_per_s": "samples_per_s", "val_loss": "val_loss", "val_accuracy": "val_accuracy", "tokens_per_s": "tokens_per_s", "final_loss": "loss"}
 
 
+GRACE_ENV = "TRAINING_TERMINATION_GRACE_S"  # the pod's terminationGracePeriodSeconds (manifests/runtimes.py)
+_grace_warned: list[bool] = []
+
+
+def _check_grace(fields: dict) -> None:
+    """Say once when a checkpoint takes more than half the pod's grace period: on preemption the
+    in-flight step must finish and the save complete before SIGKILL, or the work since the last
+    checkpoint is lost."""
+    grace, seconds = float(os.environ.get(GRACE_ENV) or 0), float(fields.get("ckpt_total_s") or fields.get("seconds") or 0)
+    if grace > 0 and seconds > grace / 2 and not _grace_warned:
+        _grace_warned.append(True)
+        print(f"checkpoint: saving step {fields.get('step')} took {seconds:.0f} s, more than half the pod's grace period ({grace:.0f} s): "
+              f"a preemption may be killed before its save completes; raise trainjobs.<job>.terminationGraceSeconds (or trainer.terminationGraceSeconds)", file=sys.stderr, flush=True)
+
+
 def _report(kind: str, fields: dict) -> None:
+    if kind == "checkpoint":
+        _check_grace(fields)
     _METRICS.update({name: fields[key] for key, name in _METRIC_FIELDS.items() if fields.get(key) is not None})
     if kind == "step":
         _STATUS.update(step=fields["step"], total_steps=fields.get("total_steps"), eta_s=fields.get("eta_s"), metrics=dict(_METRICS))
