@@ -14,6 +14,7 @@ from typing import Any
 from config import catalog
 from config.settings import (
     DEADLINE_INCOMPATIBLE_TRAINERS,
+    GRACE_INCOMPATIBLE_TRAINERS,
     TF_RUNTIME,
     DdpJobSettings,
     FsdpJobSettings,
@@ -313,6 +314,8 @@ def trainjob(
     }
     grace_env = []
     if job.termination_grace_seconds is not None:  # the job's own (v2.3.0: config refuses it on v2.1.0)
+        if settings.trainer.version in GRACE_INCOMPATIBLE_TRAINERS:
+            raise ValueError(f"TrainJob {workload.name}: Trainer {settings.trainer.version} cannot set a job's terminationGracePeriodSeconds")
         pod_spec["terminationGracePeriodSeconds"] = job.termination_grace_seconds
         grace_env = [{"name": GRACE_ENV, "value": str(job.termination_grace_seconds)}]
     field, value = trainer_api.pod_customization(settings.trainer.version, metadata=None, pod_spec=pod_spec)

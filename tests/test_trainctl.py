@@ -208,6 +208,8 @@ def test_size_limit_counts_values_as_the_api_server(tmp_path):
     (["--nodes", "0"], "--nodes 0"),
     (["--instance-type", "m5.large"], "not in the GPU instance catalog"),
     (["--gpus-per-node", "2"], "g5.xlarge has 1 GPUs"),
+    (["--grace-seconds", "5"], "--grace-seconds 5: allowed: an integer from 30 to 3600"),
+    (["--grace-seconds", "300", "--trainer-version", "v2.1.0"], "--grace-seconds: Trainer v2.1.0 cannot set a job's own grace period"),
 ])
 def test_bad_input_refused_before_any_request(api, proj, capsys, args, expect):
     argv = ["submit", "--namespace", NS, "--nodes", "2", *args, str(proj), "--", "python", "train.py"]
@@ -553,3 +555,12 @@ def test_trainctl_and_the_stack_judge_a_job_shape_alike(capsys):
     with pytest.raises(ConfigError) as stack_err:
         load_settings({"trainjobs": {"ddp": {"enabled": True, "numNodes": 0, "gpusPerNode": 4, "image": "repo/org/img:latest"}}}, stack="dev", region="us-west-2")
     assert sorted(stack_err.value.keys) == ["trainjobs.ddp.gpusPerNode", "trainjobs.ddp.image", "trainjobs.ddp.numNodes"]
+
+
+def test_a_job_may_ask_for_its_own_grace_period(proj, capsys):
+    rc, out, err = run(capsys, *MUST_SHOW, "--grace-seconds", "600", str(proj), "--", "python", "train.py")
+    assert rc == 0, err
+    _, job = list(yaml.safe_load_all(out))
+    assert trainer_api.read_pod_customization(job["spec"])["terminationGracePeriodSeconds"] == 600
+    assert {"name": "TRAINING_TERMINATION_GRACE_S", "value": "600"} in job["spec"]["trainer"]["env"]
+    assert schema_validation.validate(job) == []  # the v2.3.0 CRD takes it in runtimePatches

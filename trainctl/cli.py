@@ -76,6 +76,7 @@ def parser() -> Parser:
     s.add_argument("--runtime-name", help="the runtime's object name (default: found by label in the cluster; with --dry-run, computed from the platform's defaults)")
     s.add_argument("--trainer-version", help=f"Trainer release whose TrainJob shape to write (default: what the cluster serves; with --dry-run {versions.DEFAULT_TRAINER_VERSION})")
     s.add_argument("--priority", help="Kueue priority: low, normal or high (default: your team's, from the cluster's published facts; else normal); low jobs are preempted first")
+    s.add_argument("--grace-seconds", type=int, help="seconds your code has from SIGTERM (preemption, a drain, a spot interruption) to SIGKILL to save (default: the runtime's, trainer.terminationGraceSeconds; Trainer v2.3.0)")
     s.add_argument("--efa-zone", help="run in the cluster's EFA pool in this zone (the instance type must be one of the pool's): EFA devices and their environment")
     s.add_argument("--local", action="store_true", help=f"run it on this machine through the emulator, in the background (state in ${local.HOME_ENV}, default {local.home()})")
     s.add_argument("code_dir", metavar="CODE_DIR")
@@ -220,7 +221,7 @@ def cmd_submit(args: argparse.Namespace, command: list[str]) -> int:
     req = objects.Request(
         namespace=args.namespace, nodes=args.nodes, command=command, runtime=args.runtime, gpus_per_node=args.gpus_per_node, instance_type=args.instance_type or objects.DEFAULT_INSTANCE_TYPE,
         image=args.image, name=args.name, trainer_version=args.trainer_version or versions.DEFAULT_TRAINER_VERSION, runtime_name=args.runtime_name, efa_zone=args.efa_zone,
-        priority=args.priority,
+        priority=args.priority, grace_seconds=args.grace_seconds,
     )
     objects.check(req)  # before reading the code dir or calling the cluster
     bundle = collect(args.code_dir)

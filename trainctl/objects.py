@@ -23,7 +23,7 @@ from typing import Any
 import versions
 from config import catalog
 from config.schema import problems_of, repaired_section, validate_section
-from config.settings import AZ_RE, DNS_LABEL_RE, KUEUE_INCOMPATIBLE_TRAINERS, TF_RUNTIME, TORCH_RUNTIME, EfaSettings, JobBase, Settings, TrainerSettings, TrainJobsSettings
+from config.settings import AZ_RE, DNS_LABEL_RE, GRACE_INCOMPATIBLE_TRAINERS, KUEUE_INCOMPATIBLE_TRAINERS, TF_RUNTIME, TORCH_RUNTIME, EfaSettings, JobBase, Settings, TrainerSettings, TrainJobsSettings
 from manifests import trainer_api
 from manifests import trainjobs as tj
 from manifests.kueue import PRIORITIES
@@ -64,16 +64,17 @@ class Request:
     efa_zone: str | None = None
     efa_types: tuple[str, ...] = ()  # every EFA type of the cluster (its pools' layouts), from its published facts
     priority: str | None = None  # Kueue WorkloadPriorityClass; None: the team's default (published facts), else normal
+    grace_seconds: int | None = None  # SIGTERM to SIGKILL (the pod's terminationGracePeriodSeconds); None: the runtime's
 
 
 # the job-shape keys of the stack's TrainJob model (config/job_models.py JobBase) as trainctl's flags
-FLAGS = {"numNodes": "--nodes", "instanceType": "--instance-type", "gpusPerNode": "--gpus-per-node", "image": "--image"}
+FLAGS = {"numNodes": "--nodes", "instanceType": "--instance-type", "gpusPerNode": "--gpus-per-node", "image": "--image", "terminationGraceSeconds": "--grace-seconds"}
 
 
 def job_shape_problems(req: Request) -> list[str]:
     """The request's job shape checked by the stack's own TrainJob model (``JobBase``): the same
     bounds, catalog, image and GPU rules as a stack job, each problem named by its flag."""
-    raw = {"enabled": True, "numNodes": req.nodes, "instanceType": req.instance_type, "gpusPerNode": req.gpus_per_node, "image": req.image}
+    raw = {"enabled": True, "numNodes": req.nodes, "instanceType": req.instance_type, "gpusPerNode": req.gpus_per_node, "image": req.image, "terminationGraceSeconds": req.grace_seconds}
     given = {k: v for k, v in raw.items() if v is not None}
     obj, problems = validate_section(JobBase, given, "")
     if obj is None and (repaired := repaired_section(JobBase, given)) is not None:
@@ -99,6 +100,8 @@ def check(req: Request) -> None:
         problems.append(f"--name {req.name!r}: allowed: a lowercase RFC 1035 label (a letter first, then letters, digits, '-'), at most {NAME_MAX} characters")
     if req.trainer_version not in versions.TRAINER_VERSIONS:
         problems.append(f"--trainer-version {req.trainer_version!r}; allowed: {', '.join(versions.TRAINER_VERSIONS)}")
+    if req.grace_seconds is not None and req.trainer_version in GRACE_INCOMPATIBLE_TRAINERS:
+        problems.append(f"--grace-seconds: Trainer {req.trainer_version} cannot set a job's own grace period (its podTemplateOverrides have no terminationGracePeriodSeconds); leave it out to use the runtime's")
     if req.priority is not None and req.priority not in PRIORITIES:
         problems.append(f"--priority {req.priority!r}: allowed: {', '.join(PRIORITIES)}")
     if req.efa_zone is not None and not AZ_RE.fullmatch(req.efa_zone):
@@ -211,7 +214,7 @@ def build(req: Request, bundle: CodeBundle) -> tuple[dict, dict]:
     workload = tj.Workload(
         key=TRAINCTL_KIND, kind=TRAINCTL_KIND, name=req.name or default_name(req, bundle), program="", runtime=RUNTIMES[req.runtime], settings=JobBase, tiny_profile=(),
     )
-    job = JobBase(enabled=True, num_nodes=req.nodes, instance_type=req.instance_type, gpus_per_node=req.gpus_per_node, image=req.image or DEFAULT_IMAGES[req.runtime])
+    job = JobBase(enabled=True, num_nodes=req.nodes, instance_type=req.instance_type, gpus_per_node=req.gpus_per_node, image=req.image or DEFAULT_IMAGES[req.runtime], termination_grace_seconds=req.grace_seconds)
     # the name the platform gives this runtime with the default settings (manifests/runtimes.py runtime_names, for the one runtime)
     runtime_name = req.runtime_name or BUILDERS[workload.runtime](settings.trainer)["metadata"]["name"]
     configmap = tj.code_configmap(req.namespace, bundle.files)

@@ -43,6 +43,7 @@ def cmd_submit_local(args: argparse.Namespace, command: list[str]) -> int:
     req = objects.Request(
         namespace=args.namespace or "local", nodes=args.nodes, command=command, runtime=args.runtime, gpus_per_node=args.gpus_per_node if args.gpus_per_node is not None else 1,
         instance_type=args.instance_type or objects.DEFAULT_INSTANCE_TYPE, image=args.image, name=args.name, trainer_version=args.trainer_version or versions.DEFAULT_TRAINER_VERSION,
+        grace_seconds=args.grace_seconds,
     )
     objects.check(req)
     cm, tj = objects.build(req, collect(args.code_dir))
