@@ -49,7 +49,8 @@ def _text(value) -> str | None:
 
 def body(*, step: int, total_steps: int | None, eta_s: float | None, metrics: dict | None = None, now: datetime.datetime | None = None) -> dict:
     """The UpdateTrainJobStatusRequest for one step, within the CRD's bounds."""
-    status: dict = {"lastUpdatedTime": (now or datetime.datetime.now(datetime.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    when = now or datetime.datetime.now(datetime.timezone.utc)  # noqa: UP017 (datetime.UTC needs Python 3.11; images may have older)
+    status: dict = {"lastUpdatedTime": when.strftime("%Y-%m-%dT%H:%M:%SZ")}
     if total_steps:
         status["progressPercentage"] = max(0, min(100, int(100 * step / total_steps)))
     if eta_s is not None and math.isfinite(eta_s):
