@@ -28,6 +28,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 
 URL_ENV = "KUBEFLOW_TRAINER_SERVER_URL"
 CA_ENV = "KUBEFLOW_TRAINER_SERVER_CA_CERT"
@@ -68,9 +69,9 @@ def body(*, step: int, total_steps: int | None, eta_s: float | None, metrics: di
 class Reporter:
     """Sends the latest step's status to the Trainer (rank 0 of the job only)."""
 
-    def __init__(self, env: dict | None = None, *, interval: float = INTERVAL_S, timeout: float = TIMEOUT_S):
-        env = os.environ if env is None else env
-        self.url, self.ca, self.token = env.get(URL_ENV), env.get(CA_ENV), env.get(TOKEN_ENV)
+    def __init__(self, env: Mapping[str, str] | None = None, *, interval: float = INTERVAL_S, timeout: float = TIMEOUT_S):
+        source: Mapping[str, str] = os.environ if env is None else env
+        self.url, self.ca, self.token = source.get(URL_ENV), source.get(CA_ENV), source.get(TOKEN_ENV)
         self.interval, self.timeout = interval, timeout
         self._last_sent = -math.inf
         self._pending: dict | None = None
@@ -121,6 +122,8 @@ class Reporter:
 
     def send(self, payload: dict) -> bool:
         self._last_sent = time.monotonic()
+        if not (self.url and self.ca and self.token):
+            return False
         try:
             with open(self.token, encoding="utf-8") as fh:  # re-read: the kubelet rotates it
                 token = fh.read().strip()
