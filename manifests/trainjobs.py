@@ -221,8 +221,10 @@ def trainer_entry(workload: Workload, job: JobBase) -> dict[str, Any]:
     args = program_args(workload, job)
     if workload.runtime == TF_RUNTIME:
         # one TensorFlow worker per node (MultiWorkerMirroredStrategy drives every local GPU); the
-        # runtime's wrapper command sets TF_CONFIG and execs these args
-        return {"args": ["python3", f"{CODE_MOUNT}/{workload.program}", *args], "numProcPerNode": 1}
+        # runtime's wrapper command sets TF_CONFIG and execs these args: the launcher (the node's
+        # preflight, the exit codes) running the one worker, as trainctl runs a user's TF code
+        launcher = f"{CODE_MOUNT}/launch.py"
+        return {"args": ["python3", launcher, "python3", launcher, "--worker", "python3", f"{CODE_MOUNT}/{workload.program}", *args], "numProcPerNode": 1}
     # launch.py keeps the workers' non-retryable exit codes visible to the failure policy
     return {"command": ["python3", f"{CODE_MOUNT}/launch.py", "torchrun", f"{CODE_MOUNT}/{workload.program}"], "args": args, "numProcPerNode": job_gpus_per_node(job)}
 

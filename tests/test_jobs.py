@@ -118,7 +118,8 @@ def test_tf_and_nccl_check_trainjobs_render_and_validate_for_each_trainer_versio
     assert "command" not in trainer  # the runtime's TF_CONFIG wrapper stays the command
     node = tf_rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
     assert node["command"] == rt.tf_config_wrapper()
-    assert trainer["args"] == ["python3", "/opt/training/code/tf_mnist.py", "--epochs", "3", "--checkpoint-dir", "/mnt/checkpoints/tf-mnist"]
+    launch = "/opt/training/code/launch.py"  # the node's preflight and exit codes, as for every GPU job
+    assert trainer["args"] == ["python3", launch, "python3", launch, "--worker", "python3", "/opt/training/code/tf_mnist.py", "--epochs", "3", "--checkpoint-dir", "/mnt/checkpoints/tf-mnist"]
     assert trainer["image"] == versions.TENSORFLOW_RUNTIME_IMAGE and trainer["numNodes"] == 2
     assert trainer["numProcPerNode"] == 1 and trainer["resourcesPerNode"]["limits"]["nvidia.com/gpu"] == 1  # one worker drives the node's GPUs
 

@@ -348,10 +348,9 @@ def job_from_objects(
         return value
 
     def local_command(command: list[str]) -> list[str]:
-        command = [local_path(a) for a in command]
-        if command and command[0] in ("python", "python3"):
-            command = [python] + command[1:]  # the image's interpreter
-        return command
+        # the image's interpreter wherever the command names it (also what a launcher runs next:
+        # ``python3 launch.py python3 launch.py --worker python3 train.py``)
+        return [python if a in ("python", "python3") else local_path(a) for a in command]
 
     init_jobs = []
     for dep in node_job.get("dependsOn", []):

@@ -79,8 +79,8 @@ def gpu_health(gpus: int) -> str | None:
         return None if out.returncode == 0 else f"dcgmi diag -r 1 failed: {out.stdout.strip().splitlines()[-1] if out.stdout.strip() else out.returncode}"
     try:
         import torch
-    except ImportError:
-        return None
+    except ImportError:  # the TensorFlow image
+        return _tf_gpu_health(gpus)
     a, b = torch.randn(512, 512), torch.randn(512, 512)
     want = a @ b
     for i in range(gpus):
@@ -89,6 +89,26 @@ def gpu_health(gpus: int) -> str | None:
         except Exception as err:  # noqa: BLE001 - a broken GPU raises whatever CUDA raises
             return f"GPU {i}: {type(err).__name__}: {err}"
         if not torch.allclose(got, want, rtol=1e-2, atol=1e-2):
+            return f"GPU {i}: a matmul differs from the CPU's"
+    return None
+
+
+def _tf_gpu_health(gpus: int) -> str | None:
+    """The matmul check with TensorFlow, where the image has it instead of torch."""
+    try:
+        import numpy as np
+        import tensorflow as tf
+    except ImportError:
+        return None
+    a, b = np.random.rand(512, 512).astype("float32"), np.random.rand(512, 512).astype("float32")
+    want = a @ b
+    for i in range(gpus):
+        try:
+            with tf.device(f"/GPU:{i}"):
+                got = tf.linalg.matmul(a, b).numpy()
+        except Exception as err:  # noqa: BLE001 - a broken GPU raises whatever CUDA raises
+            return f"GPU {i}: {type(err).__name__}: {err}"
+        if not np.allclose(got, want, rtol=1e-2, atol=1e-2):
             return f"GPU {i}: a matmul differs from the CPU's"
     return None
 
