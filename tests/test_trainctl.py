@@ -449,7 +449,8 @@ def test_dry_run_job_emulates_to_complete(tmp_path, capsys):
     assert job.num_nodes == 2 and job.nproc_per_node == 1
     code_dir = job.mounts[tj.CODE_MOUNT]
     launch = f"{code_dir}/{objects.LAUNCHER}"
-    assert job.command[1:] == [launch, "torchrun", "--no-python", "python3", launch, "--worker", "python3", "-u", f"{code_dir}/train.py", "--steps", "3"]  # nothing appended
+    py = job.python  # the image's interpreter, wherever the command names python
+    assert job.command == [py, launch, "torchrun", "--no-python", py, launch, "--worker", py, "-u", f"{code_dir}/train.py", "--steps", "3"]  # nothing appended
     assert (pathlib.Path(job.mounts[tj.CODE_MOUNT]) / "lib" / "note.txt").read_text().startswith("sub-directories")
     result = emulate.emulate(job, fail_node=None, fail_at_step=None, timeout_s=300, quiet=True)
     # gloo on 2 shared cores: a rank can still drop its peer's connection at teardown under load; the

@@ -67,9 +67,11 @@ from tools.emulator_objects import (  # noqa: F401
     FAILED_JOBS,
     FAULT_ENV,
     JOBSET_ACTIONS,
+    K8S_DEFAULT_GRACE_S,
     POD_FAILURE_ACTIONS,
     POD_FAILURE_POLICY,
     REACHED_MAX_RESTARTS,
+    SIGTERM_LINE,
     TF_VENV,
     Attempt,
     EmulationError,
@@ -214,11 +216,6 @@ def say(line: str) -> None:
         sys.stdout.flush()
 
 
-
-K8S_DEFAULT_GRACE_S = 30  # a pod spec without one
-SIGTERM_LINE = "preemption: SIGTERM received"  # workloads/programs/trainlib.py, when the kubelet's SIGTERM arrives
-
-
 def _launcher_noise(line: str) -> bool:
     """torch's own log lines (glog/c10 W/I lines, torchrun's warnings): hidden; the programs' are not."""
     return line.startswith(("W1", "I1", "E1", "[W", "[I")) or line.startswith(("WARNING:torch.distributed", "INFO:torch.distributed"))
@@ -244,8 +241,7 @@ def _run_pods(commands: list[tuple[list[str], dict[str, str]]], pod_names: list[
         for line in stdout:
             line = line.rstrip("\n")
             if SIGTERM_LINE in line:
-                with lock:
-                    terminated_at.setdefault(n, time.monotonic())
+                terminated_at.setdefault(n, time.monotonic())
             m = EVENT.match(line)
             if m:
                 ev = json.loads(m.group(1))
@@ -273,12 +269,10 @@ def _run_pods(commands: list[tuple[list[str], dict[str, str]]], pod_names: list[
             failed = {n: c for n, c in codes.items() if c not in (None, 0)}
             if failed or all(c == 0 for c in codes.values()):
                 break
-            with lock:
-                overdue = [n for n, at in terminated_at.items() if codes[n] is None and time.monotonic() - at > graces[n]]
-            for n in overdue:
+            for n in [n for n, at in list(terminated_at.items()) if codes[n] is None and time.monotonic() - at > graces[n]]:  # a snapshot: the readers add
+                del terminated_at[n]
                 print(f"emulate: {label} {n} did not leave within its grace period ({graces[n]:.0f} s) after SIGTERM: SIGKILL", flush=True)
                 kill(procs[n])
-                terminated_at.pop(n, None)
             if time.monotonic() > deadline:
                 print(f"emulate: {label} timed out after {timeout_s:.0f}s", flush=True)
                 result.timed_out = True

@@ -18,6 +18,8 @@ from tools.render import PROJECT_DIR, manifests
 TF_VENV = ".venv-tf"  # make emulate JOB=tf: TensorFlow for the TF job (workloads/requirements-tf.txt)
 
 FAULT_ENV = "TRAINING_FAULT_AT_STEP"  # read by workloads/programs/trainlib.py
+K8S_DEFAULT_GRACE_S = 30  # a pod's grace period when its spec has none
+SIGTERM_LINE = "preemption: SIGTERM received"  # workloads/programs/trainlib.py, when the kubelet's SIGTERM arrives
 
 EVENT = re.compile(r"^TRAINING_EVENT (\{.*\})$")
 
