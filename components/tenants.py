@@ -24,7 +24,7 @@ from components.kueue import Kueue
 from components.resources import apply_manifest
 from components.storage import CheckpointStorage
 from config.settings import Settings
-from manifests import admission, platform_facts
+from manifests import admission, platform_facts, trainer_api
 from manifests import kueue as kq
 from manifests import tenants as tn
 from manifests import trainjobs as tj
@@ -72,7 +72,7 @@ class Tenants(pulumi.ComponentResource):
             gpu_cap = kq.gpu_ceiling(settings) if kueue else (tenant.gpu_quota or 0)
             facts_doc = image_ref.apply(lambda ref, team=team: platform_facts.dumps(platform_facts.facts(settings, ref, team)))
             self._apply(platform_facts.configmap(ns_name, facts_doc, {tn.TEAM_LABEL: team}), ns)
-            manifests = (tn.resource_quota(ns_name, team, tenant, gpu_cap=gpu_cap, kueue=kueue is not None, storage_gib=storage.capacity_gib), tn.limit_range(ns_name, team), tn.network_policy(ns_name, team), tn.egress_policy(ns_name, {tn.TEAM_LABEL: team}, trainer_version=settings.trainer.version), tn.role(ns_name, team))
+            manifests = (tn.resource_quota(ns_name, team, tenant, gpu_cap=gpu_cap, kueue=kueue is not None, storage_gib=storage.capacity_gib), tn.limit_range(ns_name, team), tn.network_policy(ns_name, team), tn.egress_policy(ns_name, {tn.TEAM_LABEL: team}, trainer_status=trainer_api.status_server_on(settings.trainer)), tn.role(ns_name, team))
             for manifest in manifests:
                 self._apply(manifest, ns)
             binding = self._apply(tn.role_binding(ns_name, team), ns)

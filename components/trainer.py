@@ -43,7 +43,7 @@ class Trainer(pulumi.ComponentResource):
             version=versions.TRAINER_VERSIONS[settings.version]["chart"],
             namespace=TRAINER_NAMESPACE,
             create_namespace=True,
-            values=trainer_chart_values(settings.version),
+            values=trainer_chart_values(settings),
             opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=depends_on or []),
         )
         manifests = runtimes(settings)

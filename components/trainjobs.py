@@ -13,6 +13,7 @@ from components.trainer import Trainer
 from config.settings import Settings
 from manifests import kueue as kq
 from manifests import tenants as tn
+from manifests import trainer_api
 from manifests import trainjobs as tj
 from manifests.tenants import LOCAL_QUEUE
 from manifests.volume_setup import checkpoint_owner_job
@@ -46,7 +47,7 @@ class TrainJobs(pulumi.ComponentResource):
             # with teams on the cluster, the stack's jobs are fenced like a team's (their rendezvous
             # ports closed to other namespaces, no path to the nodes' credentials)
             labels = {"training-platform/component": "trainjobs"}
-            for policy in (tn.ingress_policy(ns_name, labels, name="namespace-isolation"), tn.egress_policy(ns_name, labels, trainer_version=settings.trainer.version)):
+            for policy in (tn.ingress_policy(ns_name, labels, name="namespace-isolation"), tn.egress_policy(ns_name, labels, trainer_status=trainer_api.status_server_on(settings.trainer))):
                 apply_manifest(policy, o(ns))
         files = tj.code_files()
         code = apply_manifest(tj.code_configmap(ns_name, files), o(ns))

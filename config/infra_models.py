@@ -298,6 +298,8 @@ TORCH_RUNTIME = "torch-distributed-gpu"
 TORCH_HF_RUNTIME = "torch-distributed-gpu-hf"  # with the Trainer's dataset and model initializers
 TF_RUNTIME = "tensorflow-distributed"
 RUNTIME_NAMES = (TORCH_RUNTIME, TORCH_HF_RUNTIME, "deepspeed-distributed-gpu", TF_RUNTIME)
+# Trainer releases with the TrainJobStatus feature gate (kubeflow/trainer pkg/features/features.go: alpha in v2.3.0)
+STATUS_SERVER_VERSIONS = frozenset({"v2.3.0"})
 
 
 class TrainerSettings(Section):
@@ -308,11 +310,19 @@ class TrainerSettings(Section):
         120, "seconds a training pod has from SIGTERM (Kueue preemption, a drain, a spot interruption) to SIGKILL to finish its step and save a checkpoint: the runtimes' terminationGracePeriodSeconds (a spot interruption gives 2 minutes at most)",
         ge=30, le=3600,
     )
+    progress_in_status: Bool = opt(
+        False, "turn on Trainer v2.3.0's TrainJobStatus feature (alpha): the programs' progress, ETA and metrics in TrainJob.status.trainerStatus. "
+        "Off by default: its status server checks job tokens by OIDC discovery at the service-account issuer with a client that trusts only the cluster CA, "
+        "which EKS's issuer (oidc.eks.<region>.amazonaws.com, a public certificate) fails, and the controller then stops at start (docs/trainer-upgrade.md); "
+        "progress then comes from the programs' log lines",
+    )
     runtimes: list[str] = opt(list(RUNTIME_NAMES), "ClusterTrainingRuntimes to install (the runtimes of enabled jobs are always installed)", choices=RUNTIME_NAMES)
     allow_upgrade_from: str | None = opt(None, "installed Trainer release the docs/trainer-upgrade.md procedure was run for", choices=tuple(versions.TRAINER_VERSIONS))
 
     def problems(self, path: str) -> Iterator[ConfigError]:
         if _unique(self.runtimes):
             yield ConfigError(f"{path}.runtimes", self.runtimes, "allowed: a list without duplicates")
+        if self.progress_in_status and self.version not in STATUS_SERVER_VERSIONS:
+            yield ConfigError(f"{path}.progressInStatus", True, f"Trainer {self.version} has no TrainJobStatus feature; allowed: false, or trainer.version {', '.join(sorted(STATUS_SERVER_VERSIONS))}")
 
 

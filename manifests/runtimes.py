@@ -308,12 +308,13 @@ def runtime_names(trainer: TrainerSettings) -> dict[str, str]:
     return {base: obj["metadata"]["name"] for base, obj in runtimes(trainer).items()}
 
 
-def trainer_chart_values(version: str) -> dict:
+def trainer_chart_values(trainer: TrainerSettings) -> dict:
     """The chart's own runtimes stay off (ours are declared); TrainJob progress is on where the
     release has it; v2.1.0's JobSet image is pinned to its release registry because the staging
     image it shipped with no longer resolves."""
     values: dict[str, Any] = {"runtimes": {"defaultEnabled": False}}
-    if trainer_api.has_status_server(version):  # TrainJob progress from the programs (trainer_api)
+    version = trainer.version
+    if trainer_api.status_server_on(trainer):  # TrainJob progress from the programs (trainer.progressInStatus)
         values["manager"] = {"config": {"featureGates": {trainer_api.STATUS_FEATURE_GATE: True}}}
     if version == "v2.1.0":
         values["jobset"] = {"image": {"repository": versions.JOBSET_IMAGE_REPOSITORY, "tag": versions.TRAINER_VERSIONS[version]["jobset"]}}

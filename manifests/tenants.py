@@ -141,10 +141,10 @@ NON_PUBLIC_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0
 DNS = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}, "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}
 
 
-def egress_policy(ns: str, labels: dict[str, str], *, trainer_version: str) -> dict:
+def egress_policy(ns: str, labels: dict[str, str], *, trainer_status: bool = False) -> dict:
     """What the namespace's pods may reach: each other (rendezvous, NCCL/Gloo), cluster DNS, the
-    public internet (dataset and model downloads, pip) and, where the Trainer serves TrainJob
-    progress, its status server (the manager pods' port, nothing else of that namespace); not
+    public internet (dataset and model downloads, pip) and, with ``trainer_status`` (the stack turns
+    the Trainer's TrainJob progress on), its status server (the manager pods' port, nothing else of that namespace); not
     other namespaces, the nodes or the instance metadata service. Enforced by the VPC CNI's
     network-policy agent (on with teams)."""
     rules: list[dict[str, Any]] = [
@@ -152,7 +152,7 @@ def egress_policy(ns: str, labels: dict[str, str], *, trainer_version: str) -> d
         {"to": [DNS], "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
         {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": list(NON_PUBLIC_RANGES)}}]},
     ]
-    if trainer_api.has_status_server(trainer_version):
+    if trainer_status:
         trainer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": TRAINER_NAMESPACE}}, "podSelector": {"matchLabels": dict(trainer_api.MANAGER_POD_LABELS)}}
         rules.append({"to": [trainer], "ports": [{"protocol": "TCP", "port": trainer_api.STATUS_SERVER_PORT}]})
     return {

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from config.infra_models import STATUS_SERVER_VERSIONS, TrainerSettings
+
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
 PATCH_MANAGER = "training-platform.io/trainjobs"
 TRAINER_JOB = "node"
@@ -36,16 +38,20 @@ TRAINER_JOB = "node"
 # (pkg/runtime/framework/plugins/trainjobstatus; workloads/programs/trainer_status.py sends).
 # The chart takes feature gates as ``manager.config.featureGates``.
 STATUS_FEATURE_GATE = "TrainJobStatus"
-STATUS_SERVER_VERSIONS = frozenset({"v2.3.0"})
 STATUS_SERVER_PORT = 10443
 # the manager pods' labels (chart templates/_helpers.tpl trainer.selectorLabels and
 # manager/_helpers.tpl trainer.manager.selectorLabels, release and chart named kubeflow-trainer)
 MANAGER_POD_LABELS = {"app.kubernetes.io/name": "kubeflow-trainer", "app.kubernetes.io/component": "manager"}
 
 
-def has_status_server(version: str) -> bool:
-    """Whether the Trainer release serves TrainJob progress (the platform turns it on where it does)."""
-    return version in STATUS_SERVER_VERSIONS
+def status_server_on(trainer: TrainerSettings) -> bool:
+    """Whether the stack turns the Trainer's status server on (``trainer.progressInStatus``, on a
+    release that has it). Off by default: the server verifies job tokens by OIDC discovery at the
+    service-account issuer through a client that trusts only the cluster CA (pkg/statusserver/
+    auth.go ``Init``: ``rest.HTTPClientFor`` of the in-cluster config, whose CA replaces the system
+    roots), so an issuer outside the API server, as EKS's ``oidc.eks.<region>.amazonaws.com`` with
+    its public certificate, fails that discovery, and the manager then exits at start."""
+    return trainer.progress_in_status and trainer.version in STATUS_SERVER_VERSIONS
 
 
 DATASET_INITIALIZER = "dataset-initializer"

@@ -14,6 +14,7 @@ import threading
 import pytest
 import trainer_status  # the programs directory is on sys.path (tests/conftest.py), as in the image
 
+from config.settings import ConfigError, TrainerSettings, load_settings
 from manifests import tenants, trainer_api
 from manifests.runtimes import trainer_chart_values
 from tools.cluster import pki
@@ -122,17 +123,25 @@ def test_a_refusal_or_an_unreachable_server_is_said_once_and_training_goes_on(se
     assert bad_ca.send(trainer_status.body(step=1, total_steps=2, eta_s=1)) is False  # no exception
 
 
-def test_the_platform_turns_the_status_server_on_where_the_trainer_has_it():
-    assert trainer_chart_values("v2.3.0")["manager"]["config"]["featureGates"] == {"TrainJobStatus": True}
-    assert "manager" not in trainer_chart_values("v2.1.0")
+def test_the_status_server_is_on_only_where_the_stack_asks_and_the_trainer_has_it():
+    on = TrainerSettings(version="v2.3.0", progress_in_status=True)
+    assert trainer_chart_values(on)["manager"]["config"]["featureGates"] == {"TrainJobStatus": True}
+    assert "manager" not in trainer_chart_values(TrainerSettings(version="v2.3.0"))  # off by default (trainer_api.status_server_on)
+    assert "manager" not in trainer_chart_values(TrainerSettings(version="v2.1.0"))
     # the jobs' namespaces may reach the manager's status port, and nothing else of its namespace
-    rule = tenants.egress_policy("vision", {}, trainer_version="v2.3.0")["spec"]["egress"][-1]
+    rule = tenants.egress_policy("vision", {}, trainer_status=True)["spec"]["egress"][-1]
     assert rule == {
         "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kubeflow-system"}}, "podSelector": {"matchLabels": trainer_api.MANAGER_POD_LABELS}}],
         "ports": [{"protocol": "TCP", "port": 10443}],
     }
-    old = tenants.egress_policy("vision", {}, trainer_version="v2.1.0")["spec"]["egress"]
-    assert len(old) == 3 and not any("kubeflow-system" in str(r) for r in old)
+    off = tenants.egress_policy("vision", {})["spec"]["egress"]
+    assert len(off) == 3 and not any("kubeflow-system" in str(r) for r in off)
+
+
+def test_progress_in_status_on_a_trainer_without_it_is_refused():
+    with pytest.raises(ConfigError) as err:
+        load_settings({"trainer": {"version": "v2.1.0", "progressInStatus": True}}, stack="dev", region="us-west-2")
+    assert "trainer.progressInStatus = True: Trainer v2.1.0 has no TrainJobStatus feature" in str(err.value)
 
 
 def test_trainctl_shows_the_trainers_progress_before_the_logs():

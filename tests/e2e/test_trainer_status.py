@@ -1,5 +1,5 @@
 """TrainJob progress on the real Trainer (v2.3.0, its TrainJobStatus gate on as the stack's chart
-values turn it on): the controller gives each job's pods the status server's URL, CA and a token
+values turn it on with ``trainer.progressInStatus``): the controller gives each job's pods the status server's URL, CA and a token
 for that job; the programs' reporter (workloads/programs/trainer_status.py) posts to the real
 server with them; the TrainJob's status carries the progress; trainctl shows it. A token for
 another job, or from another namespace, is refused by the server.
@@ -16,7 +16,7 @@ import urllib.parse
 import pytest
 import trainer_status  # the programs directory is on sys.path (tests/conftest.py), as in the image
 
-from tests.e2e.conftest import wait_for
+from tests.e2e.conftest import stack_file, wait_for
 from trainctl import cli
 
 STACK = "dev"
@@ -27,7 +27,11 @@ JOBSET = ("jobset.x-k8s.io/v1alpha2", "JobSet")
 
 @pytest.fixture(scope="module")
 def dev(clusters):
-    return clusters.get(STACK)
+    """The dev stack with trainer.progressInStatus on (off by default: see trainer_api.status_server_on)."""
+    stack = stack_file(STACK)
+    stack["config"]["training-platform:trainer"]["progressInStatus"] = True
+    yield clusters.get(STACK, instance="trainer-status", stack_config=stack)
+    clusters.release(STACK, "trainer-status")
 
 
 def _trainer_pod(up, job: str, namespace: str = NS) -> dict:
