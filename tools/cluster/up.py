@@ -150,17 +150,28 @@ def up(stack: str, *, out: str | os.PathLike = "out", stack_config: dict | None 
     with_kueue = plan.kueue is not None
     units = build.units_for(plan.kubernetes_version, plan.trainer_version, with_kueue)
     build_seconds = build.build_all(units, echo=echo)
-    d.mkdir(parents=True)
-    procs = Processes(d)
-    procs.info = {"stack": stack, "created": time.time()}
-    procs.save()
-    try:
-        return _start(stack, d, plan, procs, units, build_seconds, started, apply_stack, echo, pod_run_seconds)
-    except BaseException:
-        stopped = procs.stop_all()
-        if stopped:
-            echo(f"cluster: stopped {', '.join(stopped)}; logs kept in {d / 'logs'}")
-        raise
+    retried = False
+    while True:
+        d.mkdir(parents=True)
+        procs = Processes(d)
+        procs.info = {"stack": stack, "created": time.time()}
+        procs.save()
+        try:
+            return _start(stack, d, plan, procs, units, build_seconds, started, apply_stack, echo, pod_run_seconds)
+        except ProcessError as err:
+            stopped = procs.stop_all()
+            # a free port chosen at start can be taken by another process before its component binds it
+            if retried or "address already in use" not in str(err):
+                echo(f"cluster: stopped {', '.join(stopped)}; logs kept in {d / 'logs'}")
+                raise
+            echo("cluster: a chosen port was taken before its component bound it; starting again with new ports")
+            shutil.rmtree(d)
+            retried = True
+        except BaseException:
+            stopped = procs.stop_all()
+            if stopped:
+                echo(f"cluster: stopped {', '.join(stopped)}; logs kept in {d / 'logs'}")
+            raise
 
 
 def _region(stack: str, stack_config: dict | None) -> str:
