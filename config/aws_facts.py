@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import pathlib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,7 @@ class RegionFacts:
     zones_per_account: int
     zone_ids: tuple[str, ...]
     offered: frozenset[str] | None
+    unknown: frozenset[str] = frozenset()  # types newer than the offered list's source: not judged
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,9 @@ def _region(name: str, raw: dict[str, Any]) -> RegionFacts:
     if not 0 < per_account <= len(zones) or len(ids) != per_account or any(not i.startswith(prefix + "-az") for i in ids):
         raise ValueError(f"aws_facts.yaml: {name}: {per_account} zones per account needs as many AZ IDs {prefix}-azN, got {ids}")
     offered = raw.get("offered")
+    unknown = frozenset((offered or {}).get("unknown") or ())
+    if offered and unknown & set(offered["types"]):
+        raise ValueError(f"aws_facts.yaml: {name}: a type both offered and unknown: {sorted(unknown & set(offered['types']))}")
     return RegionFacts(
         name=name,
         partition=raw["partition"],
@@ -66,6 +71,7 @@ def _region(name: str, raw: dict[str, Any]) -> RegionFacts:
         zones_per_account=per_account,
         zone_ids=ids,
         offered=frozenset(offered["types"]) if offered else None,
+        unknown=unknown,
     )
 
 
@@ -147,11 +153,16 @@ def dns_suffix(partition_name: str) -> str:
     return next((p.dns_suffix for p in _table().partitions if p.id == partition_name), "amazonaws.com")
 
 
-def gaps(region: str) -> list[str]:
+def gaps(region: str, instance_types: Iterable[str] = ()) -> list[str]:
     """What cannot be checked in ``region`` for want of a fact, one line each (empty when the
-    table knows the Region's zones and on-demand GPU offers)."""
+    table knows the Region's zones and on-demand GPU offers, and whether it sells each of
+    ``instance_types``, the GPU types the config asks for)."""
     f = _table().regions.get(region)
     out = []
+    if f is not None and f.offered is not None:
+        for t in sorted(set(instance_types)):
+            if offers(region, t) is None:
+                out.append(f"config/aws_facts.yaml cannot say whether {region} sells {t} on demand (newer than its source, or a family it does not cover): not checked")
     if f is None:
         out.append(f"no Availability Zone facts for {region} in config/aws_facts.yaml: zone names (network.availabilityZones, efa.availabilityZone, trainjobs.<job>.availabilityZone) are not checked")
     if f is None or f.offered is None:
@@ -182,6 +193,8 @@ def offers(region: str, instance_type: str) -> bool | None:
     table = _table()
     f = table.regions.get(region)
     if f is None or f.offered is None:
+        return None
+    if instance_type in f.unknown:
         return None
     if instance_type in f.offered:
         return True

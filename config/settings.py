@@ -143,8 +143,8 @@ class Settings(StackConfig):
 
     def fact_gaps(self) -> list[str]:
         """What the config checks could not judge in this Region for want of a fact (warned once
-        per run, never refused)."""
-        return aws_facts.gaps(self.region)
+        per run, never refused): the Region's, and each GPU type asked for that the table cannot judge there."""
+        return aws_facts.gaps(self.region, _gpu_types_wanted(self))
 
     def start_minutes_needed(self) -> int:
         """Minutes an admitted job of this stack may need before all its pods run: a node's
@@ -370,9 +370,8 @@ _RULES: list[tuple[tuple[str, ...], str | None, Callable[[Settings], Iterator[Co
 ]
 
 
-def _offer_rules(s: Settings) -> Iterator[ConfigError]:
-    """A GPU type the facts table knows the Region does not sell on demand can never launch
-    (aws_facts.offers: False); where the table cannot say, aws_facts.gaps warns instead."""
+def _gpu_types_wanted(s: Settings) -> dict[str, list[str]]:
+    """Each GPU instance type the config launches, with the keys that ask for it."""
     wanted: dict[str, list[str]] = {}
     for name, job in s.trainjobs.jobs().items():
         wanted.setdefault(job.instance_type, []).append(f"trainjobs.{name}.instanceType")
@@ -381,7 +380,13 @@ def _offer_rules(s: Settings) -> Iterator[ConfigError]:
             wanted.setdefault(t, []).append(f"efa.instanceTypes[{i}]")
     if s.smoke_checks.enabled and s.smoke_checks.instance_type:
         wanted.setdefault(s.smoke_checks.instance_type, []).append("smokeChecks.instanceType")
-    for t, keys in wanted.items():
+    return wanted
+
+
+def _offer_rules(s: Settings) -> Iterator[ConfigError]:
+    """A GPU type the facts table knows the Region does not sell on demand can never launch
+    (aws_facts.offers: False); where the table cannot say, aws_facts.gaps warns instead."""
+    for t, keys in _gpu_types_wanted(s).items():
         if aws_facts.offers(s.region, t) is False:
             for key in keys:
                 offered = sorted(aws_facts.facts(s.region).offered or ())

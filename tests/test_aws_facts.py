@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import json
+import logging
+import os
 
 import pytest
 import yaml
@@ -16,6 +20,24 @@ REQUIRED = [
     "us-east-1", "us-east-2", "us-west-1", "us-west-2", "eu-west-1", "eu-central-1", "eu-north-1",
     "ap-northeast-1", "ap-southeast-2", "ap-south-1", "ca-central-1", "sa-east-1", "us-gov-west-1", "cn-north-1",
 ]  # fmt: skip
+
+
+@contextlib.contextmanager
+def _warnings():
+    """The warnings a program logs under the mock runtime (pulumi.log.warn goes to the root
+    logger there, as tools/render.py collects and prints them)."""
+    messages: list[str] = []
+
+    class _Handler(logging.Handler):
+        def emit(self, record):
+            messages.append(record.getMessage())
+
+    handler = _Handler(logging.WARNING)
+    logging.getLogger().addHandler(handler)
+    try:
+        yield messages
+    finally:
+        logging.getLogger().removeHandler(handler)
 
 
 def _zones_call(region: str) -> tuple[dict, list]:
@@ -74,7 +96,7 @@ def test_offers_only_what_the_source_lists():
     assert aws_facts.offers("us-east-1", "p5en.48xlarge") is True
     assert aws_facts.offers("cn-north-1", "p5.48xlarge") is False  # catalog family, not in the Region's list
     assert aws_facts.offers("us-gov-west-1", "g6.xlarge") is True
-    assert aws_facts.offers("us-west-2", "p5.48xlarge") is None  # no list for the Region
+    assert aws_facts.offers("eu-west-1", "p5.48xlarge") is None  # no list for the Region
     assert aws_facts.offers("us-east-1", "m5.large") is None  # family the lists do not cover
 
 
@@ -144,7 +166,8 @@ def test_every_aws_region_is_accepted_and_the_gaps_are_said():
         assert s.region == region
         assert bool(s.fact_gaps()) != (aws_facts.is_known_region(region) and aws_facts.facts(region).offered is not None)
     assert aws_facts.gaps("us-east-1") == []
-    assert len(aws_facts.gaps("eu-south-2")) == 2 and len(aws_facts.gaps("ap-northeast-2")) == 1  # Seoul's zones are in the table
+    assert len(aws_facts.gaps("eu-south-2")) == 2 and len(aws_facts.gaps("eu-west-1")) == 1  # Ireland's zones are in the table, not its offers
+    assert aws_facts.gaps("ap-northeast-2") == []  # zones and offers
     with pytest.raises(ConfigError, match="did you mean 'ap-northeast-2'"):
         load_settings({}, stack="dev", region="ap-northaest-2")
 
@@ -166,9 +189,12 @@ def test_the_seed_stacks_render_in_seoul(stack):
     from tools.mock_runtime import run_program
 
     cfg = yaml.safe_load(open(f"Pulumi.{stack}.yaml"))
-    cfg = yaml.safe_load(yaml.safe_dump(cfg).replace("us-east-1", "ap-northeast-2"))
+    # Seoul sells no p5.48xlarge on demand (config/aws_facts.yaml): prod's p5 work moves to p5en
+    cfg = yaml.safe_load(yaml.safe_dump(cfg).replace("us-east-1", "ap-northeast-2").replace("p5.48xlarge", "p5en.48xlarge"))
     cfg["config"]["aws:region"] = "ap-northeast-2"
-    run = run_program(".", stack, stack_config=cfg)
+    with _warnings() as warned:
+        run = run_program(".", stack, stack_config=cfg)
+    assert warned == [], "the facts table covers the seeds' Region: nothing goes unchecked"
     zones = {r.inputs["availabilityZone"] for r in run.by_type("aws:ec2/subnet:Subnet")}
     assert zones and all(z.startswith("ap-northeast-2") for z in zones)
 
@@ -180,3 +206,60 @@ def test_region_name_rule_of_the_iam_policy_agrees_with_the_table():
 
     for region in aws_facts.regions():
         assert aws_partition(region) == aws_facts.partition(region), region
+
+
+SHIPPED = sorted(os.path.basename(p)[len("Pulumi."):-len(".yaml")] for p in glob.glob(str(PROJECT / "Pulumi.*.yaml")))
+SEEDS_REGION = "ap-northeast-2"  # the workshop's and the seeds' eksctl cluster
+
+
+def test_every_shipped_region_has_offers_with_a_source():
+    regions = {yaml.safe_load((PROJECT / f"Pulumi.{s}.yaml").read_text())["config"]["aws:region"] for s in SHIPPED} | {SEEDS_REGION}
+    assert {"us-west-2", "us-east-1"} <= regions
+    raw = yaml.safe_load((PROJECT / "config" / "aws_facts.yaml").read_text())["regions"]
+    for region in sorted(regions):
+        assert aws_facts.facts(region).offered, region
+        assert raw[region]["offered"]["source"].strip(), region
+
+
+@pytest.mark.parametrize("stack", SHIPPED)
+def test_a_render_of_a_shipped_stack_prints_no_warning(stack, tmp_path, capsys):
+    from tools import render
+
+    assert render.main(["--stack", stack, "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"render: stack={stack}" in out and "warning:" not in out, out
+
+
+def test_the_render_says_what_the_table_cannot_judge(tmp_path, capsys):
+    """The check above can fail: a Region without offers, and a type newer than the offers'
+    source (p5.4xlarge in us-west-2), are each said once and not refused."""
+    from tools.mock_runtime import run_program
+
+    cfg = dev_config(**{"aws:region": "eu-west-1"})
+    with _warnings() as warned:
+        run_program(str(PROJECT), "dev", stack_config={"config": cfg})
+    assert warned == ["no on-demand GPU offer list for eu-west-1 in config/aws_facts.yaml: whether the region sells the configured GPU types is not checked"]
+    cfg = dev_config(trainjobs={"ddp": {"instanceType": "p5.4xlarge"}})
+    with _warnings() as warned:
+        run_program(str(PROJECT), "dev", stack_config={"config": cfg})
+    assert len(warned) == 1 and "us-west-2 sells p5.4xlarge" in warned[0]
+
+
+@pytest.mark.parametrize("region,offered,not_offered", [
+    ("us-west-2", ["g5.xlarge", "g6e.48xlarge", "p4de.24xlarge", "p5.48xlarge", "p5en.48xlarge"], ["p5e.48xlarge"]),
+    ("us-east-2", ["g5.12xlarge", "gr6.8xlarge", "p4d.24xlarge", "p5.48xlarge", "p5en.48xlarge"], ["p4de.24xlarge", "p5e.48xlarge"]),
+    ("ap-northeast-2", ["g5.xlarge", "g6.48xlarge", "p4d.24xlarge", "p5en.48xlarge"], ["p4de.24xlarge", "p5.48xlarge", "p5e.48xlarge"]),
+])
+def test_offers_per_region_as_the_catalog_lists_them(region, offered, not_offered):
+    """skypilot-catalog catalogs/v7/aws/vms.csv @001367d2: a Region row with an on-demand Price
+    (offered), none or none with a Price (not offered); p5.4xlarge postdates it (unknown)."""
+    assert all(aws_facts.offers(region, t) is True for t in offered)
+    assert all(aws_facts.offers(region, t) is False for t in not_offered)
+    assert aws_facts.offers(region, "p5.4xlarge") is None
+    assert aws_facts.gaps(region) == [] and len(aws_facts.gaps(region, ["p5.4xlarge", "g5.xlarge"])) == 1
+
+
+def test_a_type_not_sold_in_the_seeds_region_is_refused():
+    cfg = dev_config(**{"aws:region": SEEDS_REGION}, trainjobs={"ddp": {"instanceType": "p5.48xlarge"}})
+    with pytest.raises(ProgramError, match=r"trainjobs.ddp.instanceType.*not sold on demand in ap-northeast-2"):
+        run_config(cfg)
