@@ -14,14 +14,15 @@ from components.kueue import Kueue
 from components.network import Network
 from components.node_health import NodeHealth
 from components.observability import Observability
-from components.project_config import aws_region, project_config
+from components.project_config import aws_region, offline_render, project_config
 from components.registry import TrainingImage
 from components.storage import CheckpointStorage
 from components.tenants import Tenants
 from components.trainer import Trainer
 from components.trainjobs import TrainJobs
-from config.schema import ConfigError
-from config.settings import load_settings
+from config.deploy_rules import deploy_problems
+from config.schema import ConfigError, ConfigErrors
+from config.settings import job_grace_periods, load_settings
 
 try:
     settings = load_settings(project_config(), stack=pulumi.get_stack(), region=aws_region())
@@ -29,8 +30,14 @@ try:
     installed = read_parameter(parameter_name(settings.cluster_name, TRAINER_VERSION))
     if problem := trainer_switch_error(installed=installed, wanted=settings.trainer.version, allow_upgrade_from=settings.trainer.allow_upgrade_from):
         raise ConfigError("trainer.version", settings.trainer.version, problem)
+    # what only a real account or cluster refuses: refused by pulumi up/preview, said once offline
+    if (for_deploy := deploy_problems(settings)) and not offline_render():
+        raise ConfigErrors(for_deploy)
 except ConfigError as err:  # nothing has been registered yet
     raise pulumi.RunError(str(err)) from None
+
+for problem in for_deploy:
+    pulumi.log.warn(f"rendered offline, but pulumi up and preview refuse it: {problem}")
 
 for gap in settings.fact_gaps():  # facts the table lacks for this Region: said once, not refused
     pulumi.log.warn(gap)
@@ -43,7 +50,7 @@ gpu_aws = GpuAws("gpu", settings=settings, cluster=cluster, vpc_id=network.vpc_i
 # bad GPU nodes found (the node monitoring agent) and replaced (Karpenter's node repair)
 node_health = NodeHealth("node-health", settings=settings, cluster=cluster)
 capacity = GpuCapacity("gpu", settings=settings, gpu_aws=gpu_aws, cluster_name=cluster.name, provider=cluster.provider, tags=tags)
-trainer = Trainer("trainer", settings=settings.trainer, cluster_name=cluster.name, provider=cluster.provider, depends_on=capacity.node_pools)
+trainer = Trainer("trainer", settings=settings.trainer, cluster_name=cluster.name, provider=cluster.provider, depends_on=capacity.node_pools, job_graces=job_grace_periods(settings))
 # Kueue queues the teams' and the stack's TrainJobs (one cohort); teams get namespaces, quotas and access
 kueue = Kueue("kueue", settings=settings, trainer=trainer, provider=cluster.provider) if settings.kueue_enabled else None
 # metrics, logs and dashboard (observability.mode), the GPU smoke check, cleanup of finished TrainJobs

@@ -94,7 +94,9 @@ class Alarms(pulumi.ComponentResource):
         for i, email in enumerate(a.emails):
             aws.sns.TopicSubscription(f"{name}-email-{i}", topic=self.topic.arn, protocol="email", endpoint=email, opts=o)
         for i, url in enumerate(a.https_endpoints):
-            aws.sns.TopicSubscription(f"{name}-https-{i}", topic=self.topic.arn, protocol="https", endpoint=url, opts=o)
+            # a webhook's URL carries its secret (a token in the path, or user:password@host):
+            # a Pulumi secret, encrypted in the state and masked in previews
+            aws.sns.TopicSubscription(f"{name}-https-{i}", topic=self.topic.arn, protocol="https", endpoint=pulumi.Output.secret(url), opts=o)
         for kind, f in metric_filters(cluster_name).items():
             aws.cloudwatch.LogMetricFilter(
                 f"{name}-{kind}", name=METRIC_FILTER.name(cluster_name, "trainjobs", kind), log_group_name=f["log_group_name"], pattern=f["pattern"],

@@ -8,6 +8,8 @@ from typing import Any
 
 import pulumi
 from pulumi.runtime import config as runtime_config
+from pulumi.runtime import mocks as runtime_mocks
+from pulumi.runtime import settings as runtime_settings
 
 from config.schema import PROJECT, ConfigError, ConfigErrors
 from config.stack_file import namespace_suggestion
@@ -48,3 +50,9 @@ def _decode(value: Any) -> Any:
 
 def aws_region() -> str:
     return pulumi.Config("aws").get("region") or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or ""
+
+
+def offline_render() -> bool:
+    """Whether the program runs under Pulumi's mock runtime (tools/render.py, the tests, the local
+    control plane) rather than against a real engine and AWS (``pulumi up`` / ``pulumi preview``)."""
+    return isinstance(runtime_settings.get_monitor(), runtime_mocks.MockMonitor)

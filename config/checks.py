@@ -125,6 +125,18 @@ def quantity_bytes(value: str) -> float:
     return float(m.group(1)) * _QUANTITY_FACTORS[m.group(3) or ""]
 
 
+# A CPU quantity: cores, decimal cores or millicores (Kubernetes "Resource units in Kubernetes": 0.5
+# and 500m are the same), optionally with a decimal SI suffix.
+_CPU_QUANTITY_RE = re.compile(r"^(\d+(\.\d+)?|\.\d+)(m|k|M|G|T|P|E)?$", re.ASCII)
+
+
+def _cpu_quantity(value: str) -> str | None:
+    m = _CPU_QUANTITY_RE.fullmatch(value)
+    if not m or float(m.group(1)) <= 0:
+        return "allowed: a positive CPU quantity such as 16, 0.5 or 1500m"
+    return None
+
+
 def _quantity(value: str) -> str | None:
     if not _K8S_QUANTITY_RE.fullmatch(value) or quantity_bytes(value) <= 0:
         return "allowed: a positive Kubernetes quantity such as 64Gi or 512Mi"

@@ -69,6 +69,8 @@ class JobBase(Section):
     """What every TrainJob has: nodes, instance type, image, placement, extra arguments.
     ``PLATFORM_FLAGS``: the program's flags the platform sets (refused in ``extraArgs``)."""
     RUNTIME: ClassVar[str]  # the ClusterTrainingRuntime (base name) the job runs on
+    PROGRAM: ClassVar[str] = ""  # its program in workloads/programs ("" for user code: trainctl)
+    STALL_WATCHDOG: ClassVar[bool] = True  # the program stops on stallTimeoutSeconds (trainlib.Progress)
 
     PLATFORM_FLAGS: ClassVar[Mapping[str, str]] = PLATFORM_FLAGS
     enabled: Bool = opt(False, "create the TrainJob")
@@ -82,12 +84,17 @@ class JobBase(Section):
         None, "runaway guard: the TrainJob fails (DeadlineExceeded) this many seconds after it starts; unset = no limit (Trainer v2.3.0 only: docs/runbook.md)", ge=1
     )
     termination_grace_seconds: Int | None = opt(
-        None, "this job's time from SIGTERM to SIGKILL to finish its step and save (raise it when the program warns that its checkpoint does not fit); unset = trainer.terminationGraceSeconds; Trainer v2.3.0 only (runtimePatches)", ge=30, le=3600,
+        None, "this job's time from SIGTERM to SIGKILL to finish its step and save (raise it when the program warns that its checkpoint does not fit); unset = trainer.terminationGraceSeconds; the job runs on its runtime's variant with this grace period (<runtime>-grace<N>)", ge=30, le=3600,
     )
     priority: Literal["low", "normal", "high"] = opt("normal", "Kueue priority (WorkloadPriorityClass): a higher one may preempt lower ones within the cohort; the preempted job saves and resumes")
     stall_timeout_seconds: Int = opt(
         1800, "hang guard: a node whose program completes no step for this long stops (exit 124, saying so) and the job restarts (a hung collective holds every GPU of the job); 0 = off", ge=0, le=86400
     )
+
+    @classmethod
+    def platform_flag_of(cls, arg: str) -> str | None:
+        """The flag the platform sets that ``arg`` names (abbreviations included), if any."""
+        return _platform_flag(arg, cls.PLATFORM_FLAGS)
 
     def problems(self, path: str) -> Iterator[ConfigError]:
         if self.gpus_per_node is not None and self.instance_type in catalog.catalog():
@@ -124,6 +131,7 @@ class DdpJobSettings(JobSettings):
     download at all, so it runs on the runtime without initializers. (MNIST on the hub is
     PNG images inside parquet, which would need an image decoder in the training image.)"""
     RUNTIME: ClassVar[str] = TORCH_RUNTIME
+    PROGRAM: ClassVar[str] = "ddp_mnist.py"
 
     PLATFORM_FLAGS: ClassVar[Mapping[str, str]] = DDP_PLATFORM_FLAGS
     enabled: Bool = opt(False, "create the DDP (MNIST) TrainJob")
@@ -131,6 +139,7 @@ class DdpJobSettings(JobSettings):
 
 class FsdpJobSettings(JobSettings):
     RUNTIME: ClassVar[str] = TORCH_HF_RUNTIME
+    PROGRAM: ClassVar[str] = "fsdp_t5.py"
     enabled: Bool = opt(False, "create the FSDP (T5) TrainJob")
     instance_type: str = opt("g5.12xlarge", "GPU instance type of each node", check=_IN_CATALOG)
     epochs: Int = opt(1, "training epochs", ge=1, le=10000)
@@ -159,6 +168,8 @@ class TfJobSettings(JobSettings):
     """TensorFlow MultiWorkerMirroredStrategy MNIST on the tensorflow-distributed runtime: one
     TensorFlow worker per node driving all the node's GPUs."""
     RUNTIME: ClassVar[str] = TF_RUNTIME
+    PROGRAM: ClassVar[str] = "tf_mnist.py"
+    STALL_WATCHDOG: ClassVar[bool] = False  # tf_mnist.py has none
 
     PLATFORM_FLAGS: ClassVar[Mapping[str, str]] = {f: PLATFORM_FLAGS[f] for f in ("--epochs", "--checkpoint-dir")}
     enabled: Bool = opt(False, "create the TensorFlow (MNIST, MultiWorkerMirroredStrategy) TrainJob")
@@ -176,6 +187,8 @@ class NcclCheckSettings(JobBase):
     """The all-reduce bandwidth check (workloads/programs/allreduce_check.py): fails (exit 3, not
     retried) when the bus bandwidth at its largest message size is below the pass mark."""
     RUNTIME: ClassVar[str] = TORCH_RUNTIME
+    PROGRAM: ClassVar[str] = "allreduce_check.py"
+    STALL_WATCHDOG: ClassVar[bool] = False  # allreduce_check.py has none
 
     PLATFORM_FLAGS: ClassVar[Mapping[str, str]] = {"--min-busbw-gbps": "min_bus_bw_g_bps"}
     enabled: Bool = opt(False, "create the all-reduce bandwidth check TrainJob (run it before big jobs)")

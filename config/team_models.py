@@ -9,7 +9,7 @@ from typing import ClassVar, Literal
 
 from pydantic import ConfigDict, RootModel
 
-from config.checks import _FLOW_LOG_RETENTION, _IN_CATALOG, _PRINCIPAL_ARNS, DNS_LABEL_RE, _pattern, _quantity, _unique
+from config.checks import _FLOW_LOG_RETENTION, _IN_CATALOG, _PRINCIPAL_ARNS, DNS_LABEL_RE, _cpu_quantity, _pattern, _quantity, _unique
 from config.schema import Bool, ConfigError, Int, SchemaCheck, Section, opt, problems_of
 
 # --- teams (tenants) and Kueue --------------------------------------------------------------
@@ -24,7 +24,7 @@ class TenantSettings(Section):
     principal_arns: list[str] = opt(
         [], "IAM roles/users of the team: an access entry each, in a Kubernetes group bound to the team's Role in its namespace only", check=_PRINCIPAL_ARNS
     )
-    cpu_quota: str | None = opt(None, "CPU the team may request; unset = what its GPUs bring on the pools' nodes (vCPUs per GPU of the largest ratio)", check=_quantity)
+    cpu_quota: str | None = opt(None, "CPU the team may request; unset = what its GPUs bring on the pools' nodes (vCPUs per GPU of the largest ratio); cores or millicores such as 64 or 1500m", check=_cpu_quantity)
     memory_quota: str | None = opt(None, "memory the team may request; unset = what its GPUs bring on the pools' nodes", check=_quantity)
     namespace: str | None = opt(None, "the team's namespace; unset = the team name", check=_pattern(DNS_LABEL_RE, "a DNS label such as vision"))
     default_priority: Literal["low", "normal", "high"] = opt("normal", "Kueue priority of the team's jobs unless trainctl submit --priority says otherwise (low jobs are preempted first within the cohort)")
@@ -93,7 +93,11 @@ LOG_RETENTION_DAYS = _FLOW_LOG_RETENTION[1:]
 
 
 _EMAIL_RE = re.compile(r"^[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}$", re.ASCII)
-_HTTPS_RE = re.compile(r"^https://[A-Za-z0-9.-]+(:\d+)?(/[!-~]*)?$", re.ASCII)
+# user information (RFC 3986 userinfo: https://user:password@host) is allowed: SNS takes HTTPS
+# endpoints with basic-auth credentials (SNS Developer Guide, "HTTP/S endpoint ... basic and digest
+# access authentication"); such values are never printed (config/schema.py looks_secret)
+_USERINFO = r"([A-Za-z0-9._~%!$&'()*+,;=-]+(:[A-Za-z0-9._~%!$&'()*+,;=:-]*)?@)?"
+_HTTPS_RE = re.compile(r"^https://" + _USERINFO + r"[A-Za-z0-9.-]+(:\d+)?(/[!-~]*)?$", re.ASCII)
 
 
 class AlarmsSettings(Section):
@@ -102,8 +106,8 @@ class AlarmsSettings(Section):
     enabled: Bool = opt(True, "CloudWatch alarms on an SNS topic (cloudwatch mode) or alert rules (prometheus mode): failed and stalled TrainJobs, GPUs held idle, GPU nodes not ready")
     emails: list[str] = opt([], "e-mail subscriptions of the alarm topic (each confirms by mail)", check=_pattern(_EMAIL_RE, "e-mail addresses such as oncall@example.com"))
     https_endpoints: list[str] = opt([], "HTTPS subscriptions of the alarm topic (a pager's or chat's webhook)", check=_pattern(_HTTPS_RE, "https:// URLs"))
-    idle_gpu_percent: Int = opt(5, "GPUs held but idle: average GPU utilization of the cluster's GPU nodes below this for idleMinutes", ge=1, le=100)
-    idle_minutes: Int = opt(60, "how long GPUs may sit idle before the alarm", ge=10, le=1440)
+    idle_gpu_percent: Int = opt(5, "GPUs held but idle: average GPU utilization of the cluster's GPU nodes below this for idleMinutes (below 100: at 100 every GPU would always be in alarm)", ge=1, le=99)
+    idle_minutes: Int = opt(60, "how long GPUs may sit idle before the alarm (a multiple of 10: the alarm averages 10-minute periods)", ge=10, le=1440)
 
 
 class ObservabilitySettings(Section):

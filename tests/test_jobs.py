@@ -12,7 +12,7 @@ import pytest
 
 import versions
 from config import catalog
-from config.schema import ConfigError
+from config.schema import ConfigError, ConfigErrors
 from config.settings import DdpJobSettings, NcclCheckSettings, TfJobSettings, load_settings
 from incluster.tf_config import worker_hosts
 from manifests import runtimes as rt
@@ -85,10 +85,15 @@ def test_an_enabled_jobs_runtime_is_installed_even_when_the_list_leaves_it_out()
     assert load({"trainer": {"runtimes": ["tensorflow-distributed"]}}).trainer.runtimes == ["tensorflow-distributed"]
 
 
-def test_platform_flags_are_per_job():
-    # --min-busbw-gbps is the check's flag, not DDP's: DDP passes it on (its program rejects it itself)
-    s = load({"trainjobs": {"ddp": {"enabled": True, "extraArgs": ["--min-busbw-gbps=1"]}, "ncclCheck": {"enabled": True, "instanceType": "g5.xlarge", "minBusBwGBps": 1, "extraArgs": ["--epochs", "2"]}}})
-    assert s.trainjobs.ddp.extra_args == ["--min-busbw-gbps=1"] and s.trainjobs.nccl_check.extra_args == ["--epochs", "2"]
+def test_platform_flags_are_per_job_and_the_rest_is_judged_by_the_programs_parser():
+    # --min-busbw-gbps is the check's flag (set by the platform there), not DDP's: ddp_mnist.py's own
+    # parser has no such flag, and --epochs is DDP's, not the check's
+    with pytest.raises(ConfigErrors) as err:
+        load({"trainjobs": {"ddp": {"enabled": True, "extraArgs": ["--min-busbw-gbps=1"]}, "ncclCheck": {"enabled": True, "instanceType": "g5.xlarge", "minBusBwGBps": 1, "extraArgs": ["--epochs", "2"]}}})
+    assert err.value.keys == ["trainjobs.ddp.extraArgs[0]", "trainjobs.ncclCheck.extraArgs[0]"]
+    assert "ddp_mnist.py has no flag --min-busbw-gbps" in str(err.value) and "allreduce_check.py has no flag --epochs" in str(err.value)
+    s = load({"trainjobs": {"ddp": {"enabled": True, "extraArgs": ["--lr", "0.01", "--batch=32"]}, "ncclCheck": {"enabled": True, "instanceType": "g5.xlarge", "minBusBwGBps": 1, "extraArgs": ["--max-bytes", "4G"]}}})
+    assert s.trainjobs.ddp.extra_args == ["--lr", "0.01", "--batch=32"] and s.trainjobs.nccl_check.extra_args == ["--max-bytes", "4G"]
 
 
 # --- the registry and the TrainJobs --------------------------------------------------------------

@@ -34,7 +34,7 @@ from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 from config import aws_facts
-from config.stack_file import load_stack_file
+from config.stack_file import StackFileError, load_stack_file
 
 ACCOUNT = "123456789012"
 UNKNOWN = rpc.UNKNOWN
@@ -361,6 +361,17 @@ class ProgramRun:
         return found[0]
 
 
+def _secure_paths(path: str, value: Any) -> list[str]:
+    """Where ``value`` holds a Pulumi secure value (``{secure: <ciphertext>}``), as key paths."""
+    if isinstance(value, dict):
+        if set(value) == {"secure"}:
+            return [path]
+        return [p for k, v in value.items() for p in _secure_paths(f"{path}.{k}", v)]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _secure_paths(f"{path}[{i}]", v)]
+    return []
+
+
 def _config_map(project: str, project_file: dict, stack_file: dict) -> tuple[dict[str, str], list[str]]:
     """Project defaults from Pulumi.yaml, then the stack file, as the CLI hands them over."""
     config: dict[str, Any] = {}
@@ -370,15 +381,18 @@ def _config_map(project: str, project_file: dict, stack_file: dict) -> tuple[dic
             config[full] = decl["default"]
         elif isinstance(decl, dict) and "value" in decl:
             config[full] = decl["value"]
-    secrets = []
+    secure = [path for key, value in (stack_file.get("config") or {}).items() for path in _secure_paths(key if ":" in key else f"{project}:{key}", value)]
+    if secure:
+        # values set with `pulumi config set --secret` (a whole key or a leaf inside one) are
+        # ciphertext only the Pulumi CLI decrypts: nothing here can, so no plan is made from them
+        raise StackFileError(
+            f"cannot decrypt the secure values of {', '.join(secure)} offline (set with pulumi config set --secret; "
+            "pulumi up and preview decrypt them): render a copy of the stack file with plain test values there"
+        )
     for key, value in (stack_file.get("config") or {}).items():
-        full = key if ":" in key else f"{project}:{key}"
-        if isinstance(value, dict) and set(value) == {"secure"}:
-            secrets.append(full)
-            value = "[secret]"
-        config[full] = value
+        config[key if ":" in key else f"{project}:{key}"] = value
     as_strings = {k: v if isinstance(v, str) else json.dumps(v) for k, v in config.items()}
-    return as_strings, secrets
+    return as_strings, []
 
 
 def run_program(project_dir: str, stack: str, stack_config: dict | None = None, main: str | None = None, caller_arn: str | None = None, ssm_parameters: dict[str, str] | None = None) -> ProgramRun:
