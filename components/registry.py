@@ -2,10 +2,23 @@
 and pushed there (pulumi-docker-build, BuildKit).
 
 The tag is a content hash of what the build reads (the Dockerfile, the files it copies from the
-context, and the build args from ``versions.py``), so a change to any of them pushes a new tag;
-tags are immutable, so an old tag never changes under a running job. TrainJobs use the pushed
-image by digest (``<repository url>@sha256:...``): a rebuild that yields a new digest changes
-(and so replaces) the TrainJobs, a rebuild that yields the same image does not.
+context with their modes, and the build args from ``versions.py``) and of the build settings the
+provider compares, so a change to any of them pushes a new tag; tags are immutable, so an old tag
+never changes under a running job. TrainJobs use the pushed image by digest
+(``<repository url>@sha256:...``): a rebuild that yields a new digest changes (and so replaces)
+the TrainJobs, a rebuild that yields the same image does not.
+
+Never a second push of one tag. pulumi-docker-build 0.0.22 rebuilds and pushes an Image exactly
+when its ``Diff`` (``provider/internal/image.go``) finds a change: an input it compares, or the
+hash of the build context (``provider/internal/context.go``: every file of the context directory
+that the ignore file leaves, with its path and mode; components/build_context.py). So the context
+is narrowed to what the tag hashes (``workloads/.dockerignore``, generated from the Dockerfile's
+COPY sources by :func:`dockerignore_text`, checked before the build is registered), and the
+tag hashes every compared input the stack sets (:data:`BUILD_SETTINGS`): whenever the provider
+would push, the tag is new. Unchanged inputs push nothing, on any machine, with or without a
+layer cache. ``pull`` stays off: with it the provider rebuilds on every update (``Diff``:
+"pull=true indicates that we want to keep base layers up-to-date"). ``buildOnPreview`` is off:
+a preview only hashes the context (``Create`` returns before building on a dry run).
 """
 
 from __future__ import annotations
@@ -15,19 +28,31 @@ import json
 import pathlib
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import pulumi
 import pulumi_aws as aws
 import pulumi_docker_build as docker_build
 
 import versions
+from components import build_context
 from config.names import ECR_REPOSITORY
 
 PROJECT_DIR = pathlib.Path(__file__).resolve().parent.parent
 CONTEXT = "workloads"  # relative to the project directory, where Pulumi runs the program
 DOCKERFILE = "Dockerfile"
 PLATFORM = "linux/amd64"  # p5 / g6e and every other GPU type of the catalog are x86_64
+# The Image inputs besides files and build args that pulumi-docker-build 0.0.22's Image.Diff compares
+# and the stack sets (tags and registries name the destination: a new repository is a new place). A
+# change to one makes the provider rebuild and push, so each is part of the tag.
+BUILD_SETTINGS: dict[str, str | bool] = {
+    "context": CONTEXT,
+    "dockerfile": f"{CONTEXT}/{DOCKERFILE}",
+    "platforms": PLATFORM,
+    "push": True,
+    "pull": False,  # true: a rebuild on every update (Image.Diff)
+    "buildOnPreview": False,  # the default (true) builds the multi-GB image in every preview
+}
 TAG_LEN = 20
 UNTAGGED_EXPIRE_DAYS = 7
 KEEP_TAGGED_IMAGES = 30
@@ -55,7 +80,8 @@ def _instructions(dockerfile: str) -> list[tuple[str, str]]:
 
 
 def copied_sources(dockerfile: str) -> list[str]:
-    """The context paths the Dockerfile's COPY/ADD instructions read (not ``--from`` copies)."""
+    """The context paths the Dockerfile's COPY/ADD instructions read (not ``--from`` copies, not
+    ADD's URLs)."""
     sources: list[str] = []
     for word, rest in _instructions(dockerfile):
         if word not in ("COPY", "ADD"):
@@ -68,8 +94,22 @@ def copied_sources(dockerfile: str) -> list[str]:
         if any(f.startswith("--from") for f in flags):
             continue
         paths = [a for a in args if not a.startswith("--")]
-        sources += paths[:-1]
+        sources += [p for p in paths[:-1] if "://" not in p]
     return sources
+
+
+def dockerignore_text(dockerfile: str) -> str:
+    """The ignore file that leaves in the build context exactly what the Dockerfile copies:
+    everything excluded (``*``; a directory's contents go with it), then each COPY/ADD source
+    re-included (``!source``). A source that is the whole context (``.``) needs no file."""
+    sources = [build_context.go_clean(s).lstrip("/") or "." for s in copied_sources(dockerfile)]
+    header = (
+        f"# Generated from {DOCKERFILE}'s COPY/ADD sources (components/registry.py dockerignore_text): the build context\n"
+        "# is exactly what the image tag hashes, so a file the image does not copy never triggers a rebuild.\n"
+    )
+    if "." in sources:
+        return header
+    return header + "*\n" + "".join(f"!{s}\n" for s in dict.fromkeys(sources))
 
 
 def context_files(context: pathlib.Path) -> dict[str, bytes]:
@@ -90,18 +130,51 @@ def context_files(context: pathlib.Path) -> dict[str, bytes]:
     return files
 
 
-def content_tag(files: Mapping[str, bytes], build_args: Mapping[str, str]) -> str:
-    """A tag that changes whenever a file the build reads or a build arg changes."""
+def context_modes(context: pathlib.Path, names: Iterable[str]) -> dict[str, str]:
+    """Each file's mode as the provider hashes it (Go ``FileMode.String()`` of its lstat): COPY
+    keeps a file's mode in the image, and the provider rebuilds on a mode change."""
+    return {n: build_context.go_mode((context / n).lstat().st_mode) for n in names}
+
+
+def content_tag(files: Mapping[str, bytes], build_args: Mapping[str, str], modes: Mapping[str, str] | None = None, settings: Mapping[str, str | bool] | None = None) -> str:
+    """A tag that changes whenever a file the build reads (its content or mode), a build arg or a
+    build setting changes."""
     h = hashlib.sha256()
     for name in sorted(files):
-        h.update(b"file\0" + name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
+        h.update(b"file\0" + name.encode() + b"\0" + (modes or {}).get(name, "").encode() + b"\0" + hashlib.sha256(files[name]).digest())
     for key in sorted(build_args):
         h.update(b"arg\0" + key.encode() + b"\0" + build_args[key].encode() + b"\0")
+    if settings:
+        h.update(b"settings\0" + json.dumps(dict(settings), sort_keys=True).encode())
     return h.hexdigest()[:TAG_LEN]
 
 
 def image_tag(context: pathlib.Path | None = None, build_args: Mapping[str, str] | None = None) -> str:
-    return content_tag(context_files(context or PROJECT_DIR / CONTEXT), versions.WORKLOAD_BUILD_ARGS if build_args is None else build_args)
+    context = context or PROJECT_DIR / CONTEXT
+    files = context_files(context)
+    return content_tag(files, versions.WORKLOAD_BUILD_ARGS if build_args is None else build_args, context_modes(context, files), BUILD_SETTINGS)
+
+
+def provider_files(context: pathlib.Path) -> set[str]:
+    """The files whose content pulumi-docker-build 0.0.22's context hash reads: the Dockerfile
+    (read by itself, ``hashDockerfile``) and what the context walk leaves (build_context)."""
+    return {DOCKERFILE, *build_context.hashed_files(context, context / DOCKERFILE)}
+
+
+def context_problem(context: pathlib.Path) -> str | None:
+    """One line when the provider would hash other files than the tag does (a change to one of
+    them would push the same tag again), else None."""
+    tagged, hashed = set(context_files(context)), provider_files(context)
+    if tagged == hashed:
+        return None
+    extra, missing = sorted(hashed - tagged), sorted(tagged - hashed)
+    ignore = build_context.ignore_file(context, context / DOCKERFILE)
+    where = ignore.relative_to(context.parent).as_posix() if ignore else f"{context.name}/{build_context.IGNORE_FILE}"
+    return (
+        f"{context.name}/: the image build context is not what the image tag hashes"
+        f"{f' (also hashed: {extra[:5]})' if extra else ''}{f' (not in the context: {missing[:5]})' if missing else ''};"
+        f" {where} must be components.registry.dockerignore_text of {DOCKERFILE}"
+    )
 
 
 def repository_name(cluster_name: str) -> str:
@@ -158,16 +231,20 @@ class TrainingImage(pulumi.ComponentResource):
         )
         aws.ecr.LifecyclePolicy(name, repository=self.repository.name, policy=lifecycle_policy(), opts=pulumi.ResourceOptions(parent=self))
         token = aws.ecr.get_authorization_token_output(registry_id=self.repository.registry_id, opts=pulumi.InvokeOutputOptions(parent=self))
+        if problem := context_problem(PROJECT_DIR / CONTEXT):
+            raise pulumi.RunError(problem)
         self.tag = image_tag()
         url = self.repository.repository_url
         self.image = docker_build.Image(
             name,
             context={"location": CONTEXT},
             dockerfile={"location": f"{CONTEXT}/{DOCKERFILE}"},
-            platforms=[docker_build.Platform.LINUX_AMD64],
+            platforms=[docker_build.Platform(PLATFORM)],
             build_args=dict(versions.WORKLOAD_BUILD_ARGS),
             tags=[url.apply(lambda u: f"{u}:{self.tag}")],
             push=True,
+            pull=False,
+            build_on_preview=False,
             registries=[{"address": url.apply(lambda u: u.split("/", 1)[0]), "username": token.user_name, "password": pulumi.Output.secret(token.password)}],
             opts=pulumi.ResourceOptions(parent=self),
         )

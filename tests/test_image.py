@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 import versions
-from components import registry
+from components import build_context, registry
 from config.names import ECR_REPOSITORY
 from config.settings import TrainerSettings
 from manifests.runtimes import EFA_ENV
@@ -95,9 +95,14 @@ def test_make_image_passes_the_build_args():
 # --- the content tag ------------------------------------------------------------------------
 
 
-def test_tag_follows_what_the_build_reads(tmp_path: pathlib.Path):
+def _copy_context(tmp_path: pathlib.Path) -> pathlib.Path:
     ctx = tmp_path / "workloads"
     shutil.copytree(PROJECT / "workloads", ctx, ignore=shutil.ignore_patterns("__pycache__"))
+    return ctx
+
+
+def test_tag_follows_what_the_build_reads(tmp_path: pathlib.Path):
+    ctx = _copy_context(tmp_path)
     files = registry.context_files(ctx)
     assert set(files) == {"Dockerfile", "requirements.txt"}, "the build reads the Dockerfile and what it copies"
     tag = registry.image_tag(ctx)
@@ -109,6 +114,136 @@ def test_tag_follows_what_the_build_reads(tmp_path: pathlib.Path):
     (ctx / "trainjob.py").write_text("# the Pulumi builders are not in the image\n")
     assert registry.image_tag(ctx) == changed
     assert registry.image_tag(ctx, {**versions.WORKLOAD_BUILD_ARGS, "EFA_INSTALLER_VERSION": "9.9.9"}) != changed, "a version bump pushes a new tag"
+    (ctx / "requirements.txt").chmod(0o755)
+    assert registry.image_tag(ctx) != changed, "COPY keeps the mode and the provider hashes it: a mode change is a new tag"
+
+
+# --- the context the provider hashes (pulumi-docker-build 0.0.22, components/build_context.py) ---
+
+
+def test_the_provider_hashes_exactly_what_the_tag_hashes():
+    ctx = PROJECT / "workloads"
+    assert registry.provider_files(ctx) == set(registry.context_files(ctx))
+    assert registry.context_problem(ctx) is None
+
+
+def test_the_ignore_file_is_generated_from_the_dockerfile():
+    """workloads/.dockerignore is the file the provider reads (no Dockerfile.dockerignore, which
+    would take precedence: context.go getIgnorePatterns) and is what dockerignore_text makes."""
+    ctx = PROJECT / "workloads"
+    assert build_context.ignore_file(ctx, ctx / "Dockerfile") == ctx / ".dockerignore"
+    expected = registry.dockerignore_text(DOCKERFILE.read_text())
+    assert (ctx / ".dockerignore").read_text() == expected, f"workloads/.dockerignore must read:\n{expected}"
+
+
+def test_programs_stray_files_and_caches_change_neither_the_tag_nor_the_provider_hash(tmp_path: pathlib.Path):
+    ctx = _copy_context(tmp_path)
+    dockerfile = ctx / "Dockerfile"
+    tag, hashed = registry.image_tag(ctx), build_context.context_hash(ctx, dockerfile)
+    (ctx / "programs" / "ddp_mnist.py").write_text("# edited\n")
+    (ctx / "programs" / "__pycache__").mkdir()
+    (ctx / "programs" / "__pycache__" / "ddp_mnist.cpython-312.pyc").write_bytes(b"\0")
+    (ctx / "__pycache__").mkdir()
+    (ctx / "__pycache__" / "x.pyc").write_bytes(b"\0")
+    (ctx / ".DS_Store").write_bytes(b"\0")
+    (ctx / "requirements-tf.txt").write_text("tensorflow-cpu==0\n")
+    assert registry.image_tag(ctx) == tag
+    assert build_context.context_hash(ctx, dockerfile) == hashed, "the provider would rebuild and push the same tag again"
+    assert registry.provider_files(ctx) == {"Dockerfile", "requirements.txt"}
+    (ctx / "requirements.txt").write_text("torch==0\n")
+    assert registry.image_tag(ctx) != tag and build_context.context_hash(ctx, dockerfile) != hashed
+
+
+def test_without_the_ignore_file_the_provider_would_hash_the_programs(tmp_path: pathlib.Path):
+    """Why the file exists: the provider's context is the whole directory, so a program edit
+    would rebuild the image and push the unchanged tag to the IMMUTABLE repository."""
+    ctx = _copy_context(tmp_path)
+    (ctx / ".dockerignore").unlink()
+    assert "programs/ddp_mnist.py" in registry.provider_files(ctx)
+    before = build_context.context_hash(ctx, ctx / "Dockerfile")
+    (ctx / "programs" / "ddp_mnist.py").write_text("# edited\n")
+    assert build_context.context_hash(ctx, ctx / "Dockerfile") != before
+    problem = registry.context_problem(ctx)
+    assert problem and "programs/" in problem and "workloads/.dockerignore" in problem and "\n" not in problem
+
+
+def test_a_dockerfile_specific_ignore_file_takes_precedence(tmp_path: pathlib.Path):
+    ctx = _copy_context(tmp_path)
+    (ctx / "Dockerfile.dockerignore").write_text("programs\n")  # leaves requirements-tf.txt, __init__.py
+    assert registry.provider_files(ctx) == {"Dockerfile", "requirements.txt", "requirements-tf.txt", "__init__.py", ".dockerignore", "Dockerfile.dockerignore"}
+    assert "workloads/Dockerfile.dockerignore" in (registry.context_problem(ctx) or "")
+
+
+def test_a_new_copy_source_is_checked(tmp_path: pathlib.Path):
+    ctx = _copy_context(tmp_path)
+    (ctx / "Dockerfile").write_text(DOCKERFILE.read_text() + "COPY programs/launch.py /opt/launch.py\n")
+    assert "programs/launch.py" in (registry.context_problem(ctx) or ""), "copied but excluded from the context"
+    (ctx / ".dockerignore").write_text(registry.dockerignore_text((ctx / "Dockerfile").read_text()))
+    assert registry.context_problem(ctx) is None
+    assert registry.provider_files(ctx) == {"Dockerfile", "requirements.txt", "programs/launch.py"}
+
+
+@pytest.mark.parametrize(
+    ("dockerfile", "patterns"),
+    [
+        ("FROM a\nCOPY ./x.txt /x\n", ["*", "!x.txt"]),
+        ("FROM a\nCOPY --chown=1:1 dir/ /d/\nADD https://example.com/f /f\n", ["*", "!dir"]),
+        ("FROM a\nCOPY . /app\n", []),
+    ],
+)
+def test_dockerignore_text(dockerfile, patterns):
+    assert build_context.read_ignore_file(registry.dockerignore_text(dockerfile)) == patterns
+
+
+# patternmatcher v0.6.1 patternmatcher_test.go TestMatches (a selection): pattern(s), path, excluded
+PATTERN_CASES = [
+    (["**"], "dir/file", True),
+    (["dir/**"], "dir/dir2/file", True),
+    (["**/dir2/*"], "dir/dir2/file", True),
+    (["**/file*.txt"], "dir/dir/file.txt", True),
+    (["**/**/*.txt2"], "dir/dir/file.txt", False),
+    (["**/*.txt"], "file.txt", True),
+    (["a**/*.txt"], "a/dir/dir/file.txt", True),
+    (["a/*.txt"], "a/dir/file.txt", False),
+    (["a[b-d]e"], "ace", True),
+    (["a[^b-d]e"], "aze", True),
+    ([".*"], "foo", False),
+    (["abc.def"], "abcZdef", False),
+    (["abc?def"], "abcZdef", True),
+    (["abc/**"], "abc", False),
+    (["**/.foo"], "bar.foo", False),
+    (["a.|)$(}+{bc"], "a.|)$(}+{bc", True),
+    (["a\\*b"], "a*b", True),
+    (["**", "!util/docker/web"], "util/docker/web/foo", False),
+    (["**", "!util/docker/web", "util/docker/web/foo"], "util/docker/web/foo", True),
+    (["**", "!dist/*.whl"], "dist/proxy.py-2.4.0rc3.dev36+g08acad9-py3-none-any.whl", False),
+    (["docs", "!docs/README.md"], "docs/README.md", False),  # TestPatternMatchesFolderExclusions
+]
+
+
+@pytest.mark.parametrize(("patterns", "path", "excluded"), PATTERN_CASES)
+def test_pattern_semantics_are_patternmatchers(patterns, path, excluded):
+    compiled = build_context.compile_patterns(patterns)
+    parent = None
+    parts = path.split("/")[:-1]
+    for n in range(len(parts)):  # the walk matches each directory above first
+        _, parent = build_context.matches(compiled, "/".join(parts[: n + 1]), parent)
+    assert build_context.matches(compiled, path, parent)[0] is excluded
+    assert build_context.matches(compiled, path, None)[0] is excluded, "without the parents' results, as MatchesOrParentMatches"
+
+
+def test_ignore_file_parsing_is_ignorefiles():
+    """ignorefile.ReadAll v0.6.1: BOM, comments only at column 0, trimmed, cleaned, leading / dropped."""
+    text = "\ufeff# c\n  # not a comment\n\n /a/./b/ \n! /c\n*\n"
+    assert build_context.read_ignore_file(text) == ["# not a comment", "a/b", "!c", "*"]
+
+
+def test_modes_are_gos_filemode_strings():
+    import stat as st
+
+    assert build_context.go_mode(st.S_IFREG | 0o644) == "-rw-r--r--"
+    assert build_context.go_mode(st.S_IFREG | 0o4755) == "urwxr-xr-x"
+    assert build_context.go_mode(st.S_IFLNK | 0o777) == "Lrwxrwxrwx"
 
 
 def test_content_tag_is_a_pure_function_of_files_and_args():
@@ -151,6 +286,14 @@ def test_dev_builds_the_image_into_its_own_repository_and_jobs_use_the_digest():
     assert build.inputs["context"] == {"location": "workloads"} and build.inputs["push"] is True
     assert build.inputs["platforms"] == ["linux/amd64"]
     assert build.inputs["buildArgs"] == versions.WORKLOAD_BUILD_ARGS
+    # not built on preview (the default, true, builds the CUDA image in every PR's preview), never
+    # pull (a rebuild on every update), and every other input the provider's Diff compares is in the tag
+    assert build.inputs["buildOnPreview"] is False and build.inputs.get("pull") is False
+    compared = {"context": build.inputs["context"]["location"], "dockerfile": build.inputs["dockerfile"]["location"], "platforms": ",".join(build.inputs["platforms"]),
+                "push": build.inputs["push"], "pull": build.inputs["pull"], "buildOnPreview": build.inputs["buildOnPreview"]}
+    assert compared == registry.BUILD_SETTINGS
+    # the rest: the build args (in the tag), the destination, and the SDK's default network (constant)
+    assert set(build.inputs) - set(compared) == {"buildArgs", "tags", "registries", "network"} and build.inputs["network"] == "default"
     url = repo.state["repositoryUrl"]
     assert url == f"123456789012.dkr.ecr.us-west-2.amazonaws.com/{repo.inputs['name']}"
     assert build.inputs["tags"] == [f"{url}:{registry.image_tag()}"]
