@@ -14,6 +14,29 @@ Facts from pulumi-eks ``nodejs/eks/cluster/cluster.ts`` (v3.x-v4.3) this compone
 * ``tags`` are copied onto every security group the component makes, so the
   ``karpenter.sh/discovery`` tag is not passed there: it goes on the one EKS-managed cluster
   security group only (``components/gpu_aws.py``).
+
+A ``cluster.version`` bump, in order: the control plane, with the kube-proxy and VPC CNI add-ons the
+pulumi-eks component makes (v4.3.0 ``nodejs/eks/cluster/cluster.ts``: their versions are
+``getAddonVersion(kubernetesVersion: cluster.version, mostRecent: true)``; kube-proxy may be a minor newer
+than the kubelets, never newer than the API server: Kubernetes version skew policy); then the managed node
+groups (their ``version`` is the cluster's, and they depend on the cluster); then the EKS add-ons created
+after them (CoreDNS here, version per cluster version in ``versions.COREDNS_ADDON_VERSIONS``; Pod Identity,
+CSI, node monitoring and CloudWatch in their components, each depending on the node groups).
+GPU nodes follow by themselves, after the control plane:
+
+* Karpenter (karpenter-provider-aws v1.14.1): the EC2NodeClass alias ``versions.GPU_NODE_AMI_ALIAS``
+  (``al2023@v<date>``) names an AMI release, not a Kubernetes version. Karpenter reads the cluster's
+  version every 5 minutes (``pkg/controllers/providers/version/controller.go``; DescribeCluster or the API
+  server's ``/version``, ``pkg/providers/version/version.go``) and resolves the alias to the SSM parameter
+  ``/aws/service/eks/optimized-ami/<k8s version>/amazon-linux-2023/<arch>/<variant>/amazon-eks-node-al2023-
+  <arch>-<variant>-<k8s version>-<date>/image_id`` (``pkg/providers/amifamily/al2023.go`` resolvePath). A
+  node whose AMI is no longer the resolved one is drifted (``pkg/cloudprovider/drift.go`` AMIDrift) and
+  replaced like any voluntary disruption: a node running a job (``karpenter.sh/do-not-disrupt``) waits
+  for it to finish. The pinned release must exist for the new version (that SSM parameter), or the
+  NodeClass resolves no AMI and launches nothing.
+* EKS Auto Mode: after a control plane upgrade Auto Mode replaces its nodes with nodes of the new
+  version, observing pod disruption budgets (EKS User Guide, "Update the Kubernetes Version of an EKS
+  Auto Mode cluster", auto-upgrade.html); nothing in the program names a node version there.
 """
 
 from __future__ import annotations
@@ -27,6 +50,7 @@ import versions
 from components import deploy_state
 from components.iam import assume_role_policy
 from components.network import Network
+from config.infra_models import CiAccessSettings
 from config.labels import ARCH_LABEL, NODE_ROLE_LABEL
 from config.names import EKS_NODE_GROUP
 from config.settings import Settings
@@ -38,7 +62,12 @@ NODE_POLICIES = {
     "ecr": "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
     "ssm": "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore",
 }
+# EKS access policies (EKS User Guide, "Review access policy permissions", awsdocs/amazon-eks-user-guide
+# latest/ug/manage-access/k8s-access/access-policy-reference.adoc): ClusterAdmin is `*` on every API group,
+# resource and non-resource URL; View is get/list/watch on the core and workload kinds, without Secrets,
+# custom resources or RBAC objects, and no write verb at all.
 CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
+VIEW_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSViewPolicy"
 
 
 class Cluster(pulumi.ComponentResource):
@@ -75,6 +104,7 @@ class Cluster(pulumi.ComponentResource):
         # a plain dict: accessEntries is a plain input of the pulumi-eks component (its provider
         # iterates the object it receives), so it cannot be an Output
         access_entries = admin_access_entries(list(s.cluster.admin_principal_arns), creator_arn=creator)
+        access_entries.update(ci_access_entries(s.cluster.ci, creator_arn=creator))
         self.eks_cluster = eks.Cluster(
             f"{name}-eks",
             name=self.name,
@@ -173,8 +203,14 @@ class Cluster(pulumi.ComponentResource):
 
     def _create_node_groups(self, name: str, network: Network) -> None:
         role = aws.iam.Role(f"{name}-node-role", assume_role_policy=assume_role_policy("ec2.amazonaws.com"), tags=self._tags, opts=pulumi.ResourceOptions(parent=self))
-        for key, arn in NODE_POLICIES.items():
-            aws.iam.RolePolicyAttachment(f"{name}-node-{key}", role=role.name, policy_arn=arn, opts=pulumi.ResourceOptions(parent=self))
+        # the role's policies before the groups: their nodes cannot register without them (EKS User
+        # Guide, "Amazon EKS node IAM role": create the role with them before creating nodes;
+        # CreateNodegroup otherwise ends in NodeCreationFailure), and EKS needs them to delete the
+        # groups' instances and ENIs (terraform-provider-aws website/docs/r/eks_node_group: "Ensure
+        # that IAM Role permissions are created before and deleted after EKS Node Group handling")
+        node_policies = [
+            aws.iam.RolePolicyAttachment(f"{name}-node-{key}", role=role.name, policy_arn=arn, opts=pulumi.ResourceOptions(parent=self)) for key, arn in NODE_POLICIES.items()
+        ]
         self.node_role = role
         self.node_groups = {}
         for key, ng in (("arm", self._s.node_groups.arm), ("x86", self._s.node_groups.x86)):
@@ -183,6 +219,11 @@ class Cluster(pulumi.ComponentResource):
                 f"{name}-{key}",
                 cluster=self.eks_cluster,
                 node_group_name=self._node_group_name(key),
+                # explicit: pulumi-eks (v4.3.0, nodejs/eks/nodes/nodegroup.ts createManagedNodeGroup) defaults
+                # a managed node group's version to the cluster's only when no launch template is given, and
+                # ours always has one; the template names no AMI, so EKS takes the group's version (and the
+                # newest AMI release of it) and UpdateNodegroupVersion rolls the nodes when it changes
+                version=self._s.cluster.version,
                 node_role=role,
                 ami_type=ng.AMI_TYPE,
                 instance_types=[ng.instance_type],
@@ -194,7 +235,11 @@ class Cluster(pulumi.ComponentResource):
                 launch_template=aws.eks.NodeGroupLaunchTemplateArgs(id=template.id, version=template.latest_version.apply(str)),
                 labels={ARCH_LABEL: ng.ARCH, NODE_ROLE_LABEL: "system"},
                 tags=self._tags,
-                opts=pulumi.ResourceOptions(parent=self),
+                # after the control plane (and the kube-proxy and VPC CNI add-ons inside the pulumi-eks
+                # component): a kubelet must not be newer than kube-apiserver (Kubernetes version skew
+                # policy, kubernetes/website content/en/releases/version-skew-policy.md); the add-ons
+                # created here and in the other components depend on the node groups in turn
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.eks_cluster, *node_policies]),
             )
 
 
@@ -253,4 +298,34 @@ def admin_access_entries(admin_arns: list[str], *, creator_arn: str | None) -> d
         )
         for i, arn in enumerate(admin_arns)
         if _principal_key(arn) != creator
+    }
+
+
+def ci_access_entries(ci: CiAccessSettings, *, creator_arn: str | None) -> dict[str, eks.AccessEntryArgs]:
+    """Access entries for the CI workflows' roles, cluster-wide, each with the one access policy its
+    job needs, leaving out the cluster's creator (EKS's bootstrap admin entry already covers it).
+
+    * deploy (``pulumi up``): AmazonEKSClusterAdminPolicy. The program writes cluster-scoped objects
+      (CRDs through Helm, ClusterRoles and their bindings, webhooks, ClusterTrainingRuntimes, NodePools),
+      which only ClusterAdmin among the EKS access policies allows.
+    * preview: AmazonEKSViewPolicy, unless ``ci.previewDryRun``. The Kubernetes provider previews with
+      server-side dry-run requests (pulumi-kubernetes v4 provider/pkg/await/await.go: every create and
+      update patch of a preview carries ``dryRun=All``), and "authorization for dry-run and non-dry-run
+      requests is identical" (Kubernetes docs, reference/using-api/api-concepts.md, "Dry-run
+      authorization"): only write rights let a dry-run through. When the API server forbids one, the
+      provider previews the object from the program's inputs instead of failing
+      (provider/pkg/provider/provider.go Create and Update: ``IsForbidden`` during a preview), so a
+      read-only preview role gives the same plan without server-side admission and validation, which
+      ``make validate`` checks offline. ``previewDryRun`` grants ClusterAdmin for the full server-side
+      preview, and with it writes to everyone who can run the preview workflow.
+    """
+    creator = _principal_key(creator_arn) if creator_arn else None
+    wanted = (("ci-preview", ci.preview_role_arn, CLUSTER_ADMIN_POLICY if ci.preview_dry_run else VIEW_POLICY), ("ci-deploy", ci.deploy_role_arn, CLUSTER_ADMIN_POLICY))
+    return {
+        key: eks.AccessEntryArgs(
+            principal_arn=arn,
+            access_policies={policy.rsplit("/", 1)[-1]: eks.AccessPolicyAssociationArgs(policy_arn=policy, access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"))},
+        )
+        for key, arn, policy in wanted
+        if arn is not None and _principal_key(arn) != creator
     }

@@ -113,6 +113,41 @@ class NetworkSettings(Section):
 # --- cluster ---------------------------------------------------------------------------------
 
 
+# An IAM role (CI assumes roles through OIDC; users cannot be assumed): arn:<partition>:iam::<account>:role/[<path>/]<name>
+_ROLE_ARN_RE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/([A-Za-z0-9+=,.@_-]+/)*[A-Za-z0-9+=,.@_-]{1,64}$", re.ASCII)
+_ROLE_ARN = _pattern(_ROLE_ARN_RE, "an IAM role ARN such as arn:aws:iam::123456789012:role/ci-preview (the role itself, not an assumed-role session)")
+
+
+def _role_key(arn: str) -> tuple[str, str]:
+    """(account, role name) of a role ARN, ignoring its path: EKS matches the role, and an STS
+    session names the role without its path."""
+    parts = arn.split(":", 5)
+    return (parts[4], parts[5].rsplit("/", 1)[-1]) if len(parts) == 6 else (arn, "")
+
+
+class CiAccessSettings(Section):
+    """The CI workflows' IAM roles (``.github/workflows/preview.yml``, ``deploy-dev.yml``) and the
+    access entries they get (``components/cluster.py`` ``ci_access_entries``)."""
+
+    preview_role_arn: str | None = opt(
+        None, "role the preview workflow assumes (AWS_PREVIEW_ROLE_ARN): an access entry with AmazonEKSViewPolicy (read, no Secrets, no writes); "
+        "the Kubernetes provider previews what the API server forbids it to dry-run from the program's inputs",
+        check=_ROLE_ARN,
+    )
+    deploy_role_arn: str | None = opt(None, "role the deploy workflow assumes (AWS_DEPLOY_ROLE_ARN): an access entry with AmazonEKSClusterAdminPolicy (pulumi up writes cluster-scoped objects)", check=_ROLE_ARN)
+    preview_dry_run: Bool = opt(
+        False,
+        "give the preview role AmazonEKSClusterAdminPolicy instead, so its server-side dry-runs run (admission webhooks and the API server's validation in the preview): "
+        "a dry-run is authorized like the write itself, so this lets everyone who can run the preview workflow write to the cluster",
+    )
+
+    def problems(self, path: str) -> Iterator[ConfigError]:
+        if self.preview_dry_run and self.preview_role_arn is None:
+            yield ConfigError(f"{path}.previewDryRun", True, "needs ci.previewRoleArn (the role it applies to); allowed: false, or set previewRoleArn")
+        if self.preview_role_arn is not None and self.deploy_role_arn is not None and _role_key(self.preview_role_arn) == _role_key(self.deploy_role_arn):
+            yield ConfigError(f"{path}.deployRoleArn", self.deploy_role_arn, "the same role as previewRoleArn: one principal has one access entry; allowed: a separate deploy role (previews need no writes)")
+
+
 class ClusterSettings(Section):
     name: str | None = opt(None, "EKS cluster name (physical); unset = training-platform-<stack>", check=_pattern(_CLUSTER_NAME_RE, "1-100 letters, digits, '-' or '_', starting with a letter or digit"))
     version: str = opt(versions.DEFAULT_KUBERNETES_VERSION, "Kubernetes version", choices=versions.KUBERNETES_VERSIONS)
@@ -121,8 +156,18 @@ class ClusterSettings(Section):
     allow_public_access_from_anywhere: Bool = opt(False, "explicitly allow 0.0.0.0/0 on the public endpoint")
     admin_principal_arns: list[str] = opt([], "IAM roles/users granted cluster-admin through access entries", check=_PRINCIPAL_ARNS)
     secrets_kms_key_arn: str | None = opt(None, "customer KMS key for envelope encryption of Secrets (in the stack's region)", check=_pattern(_KMS_ARN_RE, "a KMS key ARN"))
+    ci: CiAccessSettings = opt(CiAccessSettings(), "the CI workflows' roles (.github/workflows): each gets an access entry with the access policy its job needs")
 
     def problems(self, path: str) -> Iterator[ConfigError]:
+        # one principal has one access entry (EKS CreateAccessEntry: ResourceInUseException for a second)
+        admins = {_role_key(a): i for i, a in enumerate(self.admin_principal_arns)}
+        for key, arn in (("previewRoleArn", self.ci.preview_role_arn), ("deployRoleArn", self.ci.deploy_role_arn)):
+            if arn is not None and _role_key(arn) in admins:
+                yield ConfigError(
+                    f"{path}.ci.{key}", arn,
+                    f"also adminPrincipalArns[{admins[_role_key(arn)]}]: one principal has one access entry; allowed: a role not in adminPrincipalArns "
+                    "(a deploy role listed there already has cluster admin: leave it there, since moving it would create its new entry before the old one is deleted)",
+                )
         if self.endpoint_public_access:
             if not self.public_access_cidrs:
                 yield ConfigError(f"{path}.publicAccessCidrs", self.public_access_cidrs, "allowed: a non-empty list of CIDRs when endpointPublicAccess is true (or turn the public endpoint off)")

@@ -235,6 +235,9 @@ def _arn_rules(s: Settings) -> Iterator[ConfigError]:
     for i, arn in enumerate(s.cluster.admin_principal_arns):
         if arn.split(":")[1] != part:
             yield ConfigError(f"cluster.adminPrincipalArns[{i}]", arn, f"allowed: an ARN of the region's partition ({s.region} is in {part}: arn:{part}:iam::...)")
+    for key, role in (("previewRoleArn", s.cluster.ci.preview_role_arn), ("deployRoleArn", s.cluster.ci.deploy_role_arn)):
+        if role is not None and role.split(":")[1] != part:
+            yield ConfigError(f"cluster.ci.{key}", role, f"allowed: an ARN of the region's partition ({s.region} is in {part}: arn:{part}:iam::...)")
     kms = s.cluster.secrets_kms_key_arn
     if kms is not None:
         _, arn_part, _, arn_region, *_ = kms.split(":")

@@ -1,7 +1,10 @@
-"""The CI workflows users copy parse, pin their actions, and name stacks that exist."""
+"""The CI workflows users copy parse, pin their actions, name stacks that exist, run where the
+cluster is reachable (a runner label from a repository variable) and check that first."""
 
+import json
 import re
 
+import pytest
 import yaml
 
 from tests.conftest import PROJECT
@@ -39,7 +42,8 @@ def test_preview_runs_for_existing_stacks_with_policy_and_oidc():
     doc = load(PROJECT / ".github" / "workflows" / "preview.yml")
     assert "pull_request" in doc["on"]
     assert doc["permissions"]["id-token"] == "write"
-    stacks = doc["jobs"]["preview"]["strategy"]["matrix"]["stack"]
+    stacks = [row["stack"] for row in doc["jobs"]["preview"]["strategy"]["matrix"]["include"]]
+    assert stacks
     for stack in stacks:
         assert (PROJECT / f"Pulumi.{stack}.yaml").exists(), stack
     pulumi = [s for s in steps(doc) if s.get("uses", "").startswith("pulumi/actions@")][0]
@@ -57,3 +61,47 @@ def test_deploy_is_opt_in_for_dev_on_main():
     pulumi = [s for s in job["steps"] if s.get("uses", "").startswith("pulumi/actions@")][0]
     assert pulumi["with"]["command"] == "up" and pulumi["with"]["stack-name"] == "dev"
     assert (PROJECT / "Pulumi.dev.yaml").exists()
+
+
+# GitHub Actions: `jobs.<job_id>.runs-on` may use the github, needs, strategy, matrix, vars and inputs
+# contexts (GitHub Docs, "Contexts reference", context availability); fromJSON turns a variable's JSON
+# text into a label or a list of labels.
+RUNS_ON = re.compile(r"^\$\{\{ fromJSON\(vars(\.(?P<name>[A-Z0-9_]+)|\[matrix\.(?P<key>[a-z]+)\]) \|\| '(?P<default>[^']+)'\) \}\}$")
+
+
+def _runner_variables(job: dict) -> tuple[list[str], str]:
+    """(the repository variables a job's runs-on reads, its JSON default)."""
+    m = RUNS_ON.match(job["runs-on"])
+    assert m, f"runs-on is not taken from a repository variable: {job['runs-on']!r}"
+    if m["name"]:
+        return [m["name"]], m["default"]
+    return [row[m["key"]] for row in job["strategy"]["matrix"]["include"]], m["default"]
+
+
+@pytest.mark.parametrize("workflow, job", [("preview", "preview"), ("deploy-dev", "up")])
+def test_runner_comes_from_a_repository_variable_per_stack(workflow, job):
+    doc = load(PROJECT / ".github" / "workflows" / f"{workflow}.yml")
+    spec = doc["jobs"][job]
+    names, default = _runner_variables(spec)
+    assert json.loads(default) == "ubuntu-24.04"  # a JSON string: what fromJSON needs
+    stacks = [row["stack"] for row in spec["strategy"]["matrix"]["include"]] if "strategy" in spec else ["dev"]
+    assert len(set(names)) == len(names) == len(stacks)  # one variable per stack: each stack's network differs
+    for name, stack in zip(names, stacks, strict=True):
+        assert re.fullmatch(r"[A-Z][A-Z0-9_]*", name) and name.endswith(f"_{stack.upper()}"), name
+
+
+@pytest.mark.parametrize("workflow, job", [("preview", "preview"), ("deploy-dev", "up")])
+def test_reachability_is_checked_before_pulumi_runs(workflow, job):
+    doc = load(PROJECT / ".github" / "workflows" / f"{workflow}.yml")
+    spec = doc["jobs"][job]
+    names = [s.get("uses", s.get("run", "")) for s in spec["steps"]]
+    check = next(i for i, n in enumerate(names) if "-m tools.ci_reach" in n)
+    creds = next(i for i, n in enumerate(names) if n.startswith("aws-actions/configure-aws-credentials@"))
+    pulumi = next(i for i, n in enumerate(names) if n.startswith("pulumi/actions@"))
+    assert creds < check < pulumi
+    variables, _ = _runner_variables(spec)
+    run = names[check]
+    if "strategy" in spec:
+        assert "--runner-variable \"${{ matrix.runner }}\"" in run and "--stack \"${{ matrix.stack }}\"" in run
+    else:
+        assert f"--runner-variable {variables[0]}" in run and "--stack dev" in run
