@@ -48,17 +48,13 @@ import re
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 from collections.abc import Iterator
 
 from manifests import trainer_api
-from manifests.runtimes import GRACE_ENV  # the pod's terminationGracePeriodSeconds, in its env
 from manifests.trainjobs import TINY_PROFILE
-from tools.emulator_mounts import in_mount_namespace
+from tools.emulator_mounts import in_pod_namespaces
 from tools.emulator_objects import (  # noqa: F401
     BACKOFF_LIMIT_EXCEEDED,
     DEADLINE_EXCEEDED,
@@ -92,6 +88,10 @@ from tools.emulator_objects import (  # noqa: F401
     sized_profile,
     write_configmap,
 )
+from tools.emulator_output import DEFAULT_LOG_MAX_BYTES, CappedLog
+from tools.emulator_pods import container_exit_code as _container_exit_code  # noqa: F401
+from tools.emulator_pods import request_stop, say
+from tools.emulator_pods import run_pods as _run_pods
 
 # --- failure policies --------------------------------------------------------------------------
 
@@ -189,12 +189,7 @@ def _node_env(job: Job, node: int, port: int, fault: tuple[str, int] | None, tmp
     return env
 
 
-def _container_exit_code(returncode: int) -> int:
-    return returncode if returncode >= 0 else 128 - returncode  # killed by signal N: 128 + N
-
-
 TAIL_LINES = 8  # a failed pod's last lines, in the summary
-KEPT_LINES = 400  # of each pod's output, to find them in
 
 
 def program_tail(lines: list[str], n: int = TAIL_LINES) -> list[str]:
@@ -206,92 +201,6 @@ def program_tail(lines: list[str], n: int = TAIL_LINES) -> list[str]:
             cut = i
             break
     return lines[:cut][-n:]
-_OUT = threading.Lock()  # one whole line at a time on our stdout
-
-
-def say(line: str) -> None:
-    """One line, written whole (print's text and newline are two writes another thread can split)."""
-    with _OUT:
-        sys.stdout.write(line + "\n")
-        sys.stdout.flush()
-
-
-def _launcher_noise(line: str) -> bool:
-    """torch's own log lines (glog/c10 W/I lines, torchrun's warnings): hidden; the programs' are not."""
-    return line.startswith(("W1", "I1", "E1", "[W", "[I")) or line.startswith(("WARNING:torch.distributed", "INFO:torch.distributed"))
-
-
-def _run_pods(commands: list[tuple[list[str], dict[str, str]]], pod_names: list[str], label: str, timeout_s: float, quiet: bool, ranks: list[str] | None = None) -> Attempt:
-    """Start every pod, stop them all on the first failure (a distributed job needs every one).
-    Output is relayed a whole line at a time with the pod's node (and rank) in front."""
-    result = Attempt()
-    lock = threading.Lock()
-    procs: list[subprocess.Popen] = []
-    # a node told to stop (SIGTERM) has its pod's grace period to leave, then SIGKILL, as from the kubelet
-    graces = [float(env.get(GRACE_ENV) or K8S_DEFAULT_GRACE_S) for _, env in commands]
-    terminated_at: dict[int, float] = {}
-
-    def kill(p: subprocess.Popen) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(p.pid, signal.SIGKILL)
-
-    def pump(n: int) -> None:
-        stdout = procs[n].stdout
-        assert stdout is not None  # stdout=PIPE
-        for line in stdout:
-            line = line.rstrip("\n")
-            if SIGTERM_LINE in line:
-                terminated_at.setdefault(n, time.monotonic())
-            m = EVENT.match(line)
-            if m:
-                ev = json.loads(m.group(1))
-                with lock:
-                    result.events.append(ev)
-            if _launcher_noise(line):
-                continue
-            with lock:
-                tail = result.tails.setdefault(n, [])
-                tail.append(line)
-                del tail[:-KEPT_LINES]
-            if not quiet:
-                say(f"[{label} {n}{' ' + ranks[n] if ranks else ''}] {line}")
-
-    readers: list[threading.Thread] = []
-    try:
-        for command, env in commands:
-            procs.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True))
-        readers = [threading.Thread(target=pump, args=(n,), daemon=True) for n in range(len(procs))]
-        for t in readers:
-            t.start()
-        deadline = time.monotonic() + timeout_s
-        while True:
-            codes = {n: p.poll() for n, p in enumerate(procs)}
-            failed = {n: c for n, c in codes.items() if c not in (None, 0)}
-            if failed or all(c == 0 for c in codes.values()):
-                break
-            for n in [n for n, at in list(terminated_at.items()) if codes[n] is None and time.monotonic() - at > graces[n]]:  # a snapshot: the readers add
-                del terminated_at[n]
-                print(f"emulate: {label} {n} did not leave within its grace period ({graces[n]:.0f} s) after SIGTERM: SIGKILL", flush=True)
-                kill(procs[n])
-            if time.monotonic() > deadline:
-                print(f"emulate: {label} timed out after {timeout_s:.0f}s", flush=True)
-                result.timed_out = True
-                break
-            time.sleep(0.1)
-        result.failed = [PodExit(pod_names[n], _container_exit_code(c)) for n, c in sorted(failed.items())]
-    finally:  # like the JobSet: one failed pod fails the attempt; the others are stopped (also on errors here)
-        for p in procs:
-            if p.poll() is None:
-                kill(p)
-        for n, p in enumerate(procs):
-            p.wait()
-            result.exit_codes[n] = _container_exit_code(p.returncode)
-        for t in readers:
-            t.join(timeout=5)
-        for p in procs:
-            if p.stdout is not None:
-                p.stdout.close()
-    return result
 
 
 def run_attempt(job: Job, attempt_no: int, fail: dict | None, timeout_s: float, quiet: bool, tmp_root: str) -> Attempt:
@@ -299,7 +208,8 @@ def run_attempt(job: Job, attempt_no: int, fail: dict | None, timeout_s: float, 
     tmp = os.path.join(tmp_root, f"attempt-{attempt_no}")
     for init in job.init_jobs:
         names = [f"{job.name}-{init.name}-0-{i}" for i in range(init.replicas)]
-        cmds = [(init.command, _pod_env(job, init.env, os.path.join(tmp, init.name, str(i)), None)) for i in range(init.replicas)]
+        init_command = in_pod_namespaces(init.command, {}) or init.command  # its processes end with it, as a pod's
+        cmds = [(init_command, _pod_env(job, init.env, os.path.join(tmp, init.name, str(i)), None)) for i in range(init.replicas)]
         result = _run_pods(cmds, names, f"attempt {attempt_no} {init.name}", timeout_s, quiet)
         if result.failed or result.timed_out:
             result.failed_job = init.name
@@ -315,7 +225,7 @@ def run_attempt(job: Job, attempt_no: int, fail: dict | None, timeout_s: float, 
         return (inject["kind"], inject["step"]) if inject is not None and n == inject["node"] else None
 
     names = [f"{job.name}-{trainer_api.TRAINER_JOB}-0-{n}" for n in range(job.num_nodes)]
-    command = in_mount_namespace(job.command, job.mounts) or job.command
+    command = in_pod_namespaces(job.command, job.mounts) or job.command
     cmds = [(command, _node_env(job, n, port, fault_step(n), os.path.join(tmp, f"node-{n}"), tf_port)) for n in range(job.num_nodes)]
     return _run_pods(cmds, names, f"attempt {attempt_no} node", timeout_s, quiet, ranks=[_ranks(job, n) for n in range(job.num_nodes)])
 
@@ -453,11 +363,15 @@ def main(argv=None) -> int:
     ap.add_argument("--quiet", action="store_true", help="only events and the summary")
     ap.add_argument("--python", help=f"interpreter for the image's python3 (default: this one; --job tf: {TF_VENV}/bin/python)")
     ap.add_argument("--trainjob", metavar="FILE", help="run the TrainJob of this file (trainctl submit --dry-run output) on the stack's runtime, instead of --job")
+    ap.add_argument("--log-file", help="write the output here instead, rotated to FILE.1 when it reaches --log-max-bytes")
+    ap.add_argument("--log-max-bytes", type=int, default=DEFAULT_LOG_MAX_BYTES, help=f"the cap of --log-file (default {DEFAULT_LOG_MAX_BYTES} bytes)")
     ap.add_argument("--result-file", help="also write the summary as JSON here (trainctl's local mode reads it)")
     ap.add_argument("--hub-dir", help="local hub (datasets/<owner>/<name>, models/<owner>/<name>) the emulated initializers read; default: tiny fixtures in the work directory")
     args = ap.parse_args(argv)
-    # stopped (trainctl delete --local, a terminal's kill): unwind, so every node is stopped too
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    # stopped (trainctl delete --local, a terminal's kill): every node gets SIGTERM and its grace period, then SIGKILL
+    signal.signal(signal.SIGTERM, request_stop)
+    if args.log_file:  # everything the emulator prints, in a file with a cap (rotated once)
+        sys.stdout = sys.stderr = CappedLog(args.log_file, args.log_max_bytes)
     if (args.fail_node is None) != (args.fail_at_step is None):
         ap.error("--fail-node and --fail-at-step go together")
     if (args.preempt_node is None) != (args.preempt_at_step is None):

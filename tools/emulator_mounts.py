@@ -3,19 +3,26 @@ paths: code that writes /mnt/checkpoints writes the job's local volume, as in th
 
 from __future__ import annotations
 
+import functools
 import os
 import pathlib
 import shlex
 import shutil
 import subprocess
 
+MOUNT_NS = ["--mount", "--propagation", "private"]
+# a PID namespace of its own, as a container's: the command is its PID 1 (its own /proc), and when
+# that ends the kernel kills every other process in it; unshare's --kill-child ends it with unshare
+POD_NS = [*MOUNT_NS, "--pid", "--fork", "--kill-child", "--mount-proc"]
 
-def _unshare_prefix() -> list[str] | None:
-    """How to start a process in a mount namespace of its own here (unshare(1): as root, or in a
-    user namespace mapped to root), or None when this machine allows neither."""
+
+@functools.cache
+def _unshare_prefix(flags: tuple[str, ...] = tuple(MOUNT_NS)) -> list[str] | None:
+    """How to start a process in the namespaces ``flags`` ask for here (unshare(1): as root, or in
+    a user namespace mapped to root), or None when this machine allows neither."""
     if shutil.which("unshare") is None:
         return None
-    for prefix in (["unshare", "--mount", "--propagation", "private"], ["unshare", "--user", "--map-root-user", "--mount", "--propagation", "private"]):
+    for prefix in (["unshare", *flags], ["unshare", "--user", "--map-root-user", *flags]):
         try:
             ok = subprocess.run([*prefix, "true"], capture_output=True, timeout=10).returncode == 0
         except (OSError, subprocess.TimeoutExpired):
@@ -64,3 +71,13 @@ def in_mount_namespace(command: list[str], mounts: dict[str, str]) -> list[str] 
     if prefix is None:
         return None
     return [*prefix, "sh", "-c", "set -e; " + "; ".join(steps) + '; exec "$@"', "sh", *command]
+
+
+def in_pod_namespaces(command: list[str], mounts: dict[str, str]) -> list[str] | None:
+    """``command`` as :func:`in_mount_namespace` runs it, and as PID 1 of a PID namespace of its
+    own, as in a pod's container: a process it leaves behind (a background child, a ``setsid``
+    one, torchrun's workers in their own sessions) ends with it. None where the machine cannot."""
+    prefix = _unshare_prefix(tuple(POD_NS))
+    if prefix is None:
+        return None
+    return [*prefix, "sh", "-c", "set -e; " + "".join(f"{step}; " for step in _mount_steps(mounts)) + 'exec "$@"', "sh", *command]

@@ -17,16 +17,32 @@ decoded bytes) and compares it with ``MaxSecretSize`` = 1 MiB (kubernetes ``pkg/
 validation/validation.go``, ``k8s.io/api/core/v1`` ``MaxSecretSize``; Kubernetes docs, Concepts >
 Configuration > ConfigMaps: "The data stored in a ConfigMap cannot exceed 1 MiB"). Keys are not
 counted. The same sum is made here, before anything is sent.
+
+The whole object counts too: etcd refuses a request larger than 1.5 MiB (``--max-request-bytes``,
+default ``DefaultMaxRequestBytes = 1.5 * 1024 * 1024``, etcd v3.6.4 ``server/embed/config.go``; etcd
+docs, dev-guide "System limits"), and the API server writes each object in one etcd request
+(k8s.io/apiserver v0.34.4 ``pkg/server/config.go``, on ``MaxRequestBodyBytes``: "1.5MB is the
+recommended client request size in byte the etcd server should accept ... A request body might be
+encoded in json, and is converted to proto when persisted in etcd"). Many small files add little data
+but a key each: a key in ``data`` and again in the ``managedFields`` the API server records
+(``"f:<key>":{}``), and with files in sub-directories a ``{key, path}`` entry each in the TrainJob's
+volume ``items``. :func:`stored_size` counts an object as JSON (``binaryData`` in base64, as sent;
+custom resources such as the TrainJob are stored as JSON, built-in kinds in protobuf, which is no
+larger) with those per-key entries and a margin for what the server adds (uid, timestamps, its
+managedFields entry), and :func:`object_problems` refuses one over ``MAX_OBJECT_BYTES``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import re
 from dataclasses import dataclass, field
 
 MAX_CONFIGMAP_BYTES = 1024 * 1024
+MAX_OBJECT_BYTES = 1024 * 1024 * 3 // 2  # etcd's default request limit (1.5 MiB)
+SERVER_ADDED_BYTES = 2048  # metadata the API server adds to a created object (uid, resourceVersion, timestamps, a managedFields entry)
 KEY_MAX_LENGTH = 253  # IsConfigMapKey: at most 253 characters
 _KEY_RE = re.compile(r"^[-._a-zA-Z0-9]+$", re.ASCII)
 SUBDIR_SEPARATOR = "__"
@@ -73,6 +89,7 @@ def collect(code_dir: str | os.PathLike) -> CodeBundle:
     files: dict[str, str | bytes] = {}
     paths: dict[str, str] = {}
     sizes: dict[str, int] = {}
+    keys_bytes = 0
     real_root = root.resolve()
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
@@ -92,8 +109,11 @@ def collect(code_dir: str | os.PathLike) -> CodeBundle:
                 raise CodeError(f"files {other!r} and {rel!r} map to the same ConfigMap key {key!r}; rename one")
             # sizes before contents: a large file is refused without being read
             sizes[rel] = path.stat().st_size
+            keys_bytes += 2 * (len(key) + 7)  # its key in data and in managedFields, at least
             if sum(sizes.values()) > MAX_CONFIGMAP_BYTES:
                 _too_big(code_dir, sizes)
+            if sum(sizes.values()) + keys_bytes > MAX_OBJECT_BYTES:  # before reading thousands more
+                raise CodeError(_too_many(code_dir, len(sizes), sum(sizes.values()) + keys_bytes, "ConfigMap", so_far=True))
             raw = path.read_bytes()
             try:
                 content: str | bytes = raw.decode("utf-8")
@@ -118,3 +138,27 @@ def _too_big(code_dir: str | os.PathLike, sizes: dict[str, int]) -> None:
         f"more than the 1 MiB ({MAX_CONFIGMAP_BYTES} bytes) a ConfigMap holds: build an image with the large files "
         "(dependencies, data, weights) and pass it with --image, keeping only your scripts in the code dir"
     )
+
+
+def _too_many(code_dir: str | os.PathLike, files: int, size: int, kind: str, so_far: bool = False) -> str:
+    which = f"{files} of its files already make" if so_far else f"its {files} files make"
+    return (
+        f"code dir {str(code_dir)!r}: {which} a {kind} of about {_mib(size)} ({size} bytes with a key per file), "
+        f"more than the {_mib(MAX_OBJECT_BYTES)} ({MAX_OBJECT_BYTES} bytes) the API server can store in one object (etcd's request limit): "
+        "ship fewer files (an archive your code unpacks, or an image with them, passed with --image)"
+    )
+
+
+def stored_size(obj: dict) -> int:
+    """About how many bytes the API server stores for ``obj`` (see the module's docstring): at
+    least this many."""
+    size = len(json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode())
+    for part in ("data", "binaryData"):  # each key again in managedFields: "f:<key>":{},
+        size += sum(len(k) + 8 for k in obj.get(part) or {})
+    return size + SERVER_ADDED_BYTES
+
+
+def object_problems(code_dir: str | os.PathLike, files: int, objects: list[dict]) -> list[str]:
+    """A line for each object (the code ConfigMap, the TrainJob with its per-file volume items)
+    larger than the API server stores."""
+    return [_too_many(code_dir, files, n, o["kind"]) for o in objects if (n := stored_size(o)) > MAX_OBJECT_BYTES]

@@ -4,12 +4,20 @@ from the same ConfigMap and TrainJob the cluster path creates, in the background
 State lives in one directory, ``$TRAINCTL_HOME`` (default ``$XDG_STATE_HOME/trainctl``, else
 the user's state directory ``.local/state/trainctl`` under ``$HOME``): ``jobs/<name>/`` holds ``objects.yaml`` (what was submitted),
 ``job.json`` (pid, start time, the command), ``output.log`` (every node's lines, prefixed with
-node and rank), ``result.json`` (the emulator's summary once it ends) and ``work/`` (the job's
-volumes: ``work/volumes/checkpoints`` is its ``/mnt/checkpoints``).
+node and rank; capped at ``LOG_MAX_BYTES``: at the cap it moves to ``output.log.1`` and a new one
+starts with a line saying so), ``result.json`` (the emulator's summary once it ends) and ``work/``
+(the job's volumes: ``work/volumes/checkpoints`` is its ``/mnt/checkpoints``).
+
+A NAME is a job name (the rule ``submit --name`` has) and names a directory right under
+``jobs/``, never a symbolic link: nothing outside the state directory is read or removed.
+Deleting a job stops every process of it (``trainctl/proctree.py``: each carries the job's marker,
+each node runs in a PID namespace of its own where the machine allows it): SIGTERM, the job's
+grace period (its ``--grace-seconds``, else its runtime's), then SIGKILL.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -18,16 +26,25 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import yaml
 
-from trainctl import progress
+from trainctl import objects, proctree, progress
 
 HOME_ENV = "TRAINCTL_HOME"
 PROJECT_DIR = pathlib.Path(__file__).resolve().parent.parent  # the emulator is the project's tools/emulate.py
 NODE_LINE = re.compile(r"^\[attempt (\d+) node (\d+)(?: ranks? [\d-]+)?\] ")
+LOG = "output.log"
+LOG_MAX_BYTES = 64 * 1024 * 1024  # output.log's cap (tools/emulator_output.py rotates it once: at most twice this on disk)
+TAIL_BYTES = 256 * 1024  # what list and status read of a log: its end
+EVIDENCE_BYTES = 4 * 1024 * 1024  # what diagnose reads of it
+JOB_FILES = {"objects.yaml", "job.json", LOG, f"{LOG}.1", "result.json", "work"}  # what a job's directory holds
+STOP_MARGIN_S = 30
+MAX_LOCAL_NODES = 16
+NODE_MEMORY_BYTES = 550 * 10**6  # one emulated node (launcher, torchrun, a CPU worker with torch), as measured: see README  # past the grace period, for the emulator to SIGKILL and leave, before trainctl SIGKILLs what is left
 
 
 class LocalError(Exception):
@@ -42,7 +59,19 @@ def home() -> pathlib.Path:
 
 
 def job_dir(name: str) -> pathlib.Path:
-    return home() / "jobs" / name
+    """The directory of the job NAME: refused (one line) unless NAME is a job name, and the path
+    a directory right under the state directory's ``jobs/`` (not a symbolic link)."""
+    problem = objects.name_problem(name)
+    if problem is not None:
+        raise LocalError(f"{name!r} is not a local job's name: {problem}")
+    root = home() / "jobs"
+    d = root / name
+    for path in (root, d):
+        if path.is_symlink():
+            raise LocalError(f"{path} is a symbolic link, not trainctl's directory: left as it is")
+    if d.exists() and (not d.is_dir() or d.resolve().parent != root.resolve()):
+        raise LocalError(f"{d} is not a job's directory inside {root}: left as it is")
+    return d
 
 
 def _start_time(pid: int) -> str | None:
@@ -54,7 +83,30 @@ def _start_time(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[19]
 
 
-def submit(cm: dict, trainjob: dict, *, stack: str = "dev", timeout_s: float = 3600) -> dict:
+def available_memory_bytes() -> int | None:
+    """What the kernel says can still be given to programs (``MemAvailable``, /proc/meminfo)."""
+    try:
+        for line in open("/proc/meminfo"):  # noqa: SIM115 - a tiny read
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def node_problems(nodes: int) -> list[str]:
+    """A local job's node count against this machine: at most ``MAX_LOCAL_NODES``, and no more
+    than its available memory holds at ``NODE_MEMORY_BYTES`` a node."""
+    if nodes > MAX_LOCAL_NODES:
+        return [f"--nodes {nodes}: a local job runs at most {MAX_LOCAL_NODES} nodes on this machine (each is a set of processes of ~{NODE_MEMORY_BYTES // 10**6} MB); submit it to a cluster for more"]
+    free = available_memory_bytes()
+    if free is not None and nodes * NODE_MEMORY_BYTES > free:
+        fits = free // NODE_MEMORY_BYTES
+        return [f"--nodes {nodes}: this machine has {free // 2**20} MiB of memory available, room for {fits} local node{'s' if fits != 1 else ''} of ~{NODE_MEMORY_BYTES // 10**6} MB; use fewer nodes or a cluster"]
+    return []
+
+
+def submit(cm: dict, trainjob: dict, *, stack: str = "dev", timeout_s: float = 3600, grace_s: int | None = None) -> dict:
     """Start the emulator on the objects in the background; refuse a name that exists."""
     name = trainjob["metadata"]["name"]
     d = job_dir(name)
@@ -64,13 +116,37 @@ def submit(cm: dict, trainjob: dict, *, stack: str = "dev", timeout_s: float = 3
     (d / "objects.yaml").write_text(yaml.safe_dump_all([cm, trainjob], sort_keys=False))
     command = [
         sys.executable, "-m", "tools.emulate", "--stack", stack, "--trainjob", str(d / "objects.yaml"), "--work-dir", str(d / "work"),
-        "--timeout", str(timeout_s), "--result-file", str(d / "result.json"),
+        "--timeout", str(timeout_s), "--result-file", str(d / "result.json"), "--log-file", str(d / LOG), "--log-max-bytes", str(LOG_MAX_BYTES),
     ]
-    with open(d / "output.log", "wb") as log:
-        proc = subprocess.Popen(command, cwd=PROJECT_DIR, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-    state = {"name": name, "pid": proc.pid, "started": _start_time(proc.pid), "submitted_at": time.time(), "nodes": trainjob["spec"]["trainer"].get("numNodes"), "command": command}
+    token = uuid.uuid4().hex  # every process of the job inherits it (proctree.JOB_MARKER)
+    env = {**os.environ, proctree.JOB_MARKER: token}
+    with open(d / LOG, "ab") as log:  # what the emulator prints before it opens its log (a crash at start)
+        proc = subprocess.Popen(command, cwd=PROJECT_DIR, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    state = {
+        "name": name, "pid": proc.pid, "started": _start_time(proc.pid), "submitted_at": time.time(), "nodes": trainjob["spec"]["trainer"].get("numNodes"), "command": command,
+        "marker": token, "grace_seconds": grace_s if grace_s is not None else grace_seconds(trainjob, stack),
+    }
     (d / "job.json").write_text(json.dumps(state, indent=1))
     return state
+
+
+def grace_seconds(trainjob: dict, stack: str) -> int:
+    """The job's grace period: its own (``submit --grace-seconds``, in its pod patch), else its
+    runtime's (the stack's ``trainer.terminationGraceSeconds``, else that key's default)."""
+    from config.settings import TrainerSettings
+    from config.stack_file import StackFileError, load_stack_file
+    from manifests import trainer_api
+
+    own = trainer_api.read_pod_customization(trainjob.get("spec", {})).get("terminationGracePeriodSeconds")
+    if own is not None:
+        return int(own)
+    try:
+        raw = load_stack_file(PROJECT_DIR / f"Pulumi.{stack}.yaml")
+    except StackFileError:
+        raw = {}
+    trainer = (raw.get("config") or {}).get("training-platform:trainer") or {}
+    value = trainer.get("terminationGraceSeconds") if isinstance(trainer, dict) else None
+    return int(value) if isinstance(value, int) else int(TrainerSettings().termination_grace_seconds)
 
 
 def _state(d: pathlib.Path) -> dict:
@@ -112,58 +188,133 @@ def report(name: str) -> dict:
 
 
 def last_progress(d: pathlib.Path) -> dict | None:
-    """The newest step a program reported (its TRAINING_EVENT lines)."""
-    return progress.of_lines(_lines(d))
+    """The newest step a program reported (its TRAINING_EVENT lines), from the log's end only."""
+    return progress.of_lines(tail_lines(d, TAIL_BYTES))
 
 
-def _lines(d: pathlib.Path) -> Iterator[str]:
-    try:
-        with open(d / "output.log", errors="replace") as fh:
-            yield from (line.rstrip("\n") for line in fh)
-    except OSError:
-        return
+def tail_lines(d: pathlib.Path, max_bytes: int) -> list[str]:
+    """The whole lines among the last ``max_bytes`` of the job's output (``output.log.1`` too when
+    ``output.log`` holds fewer), decoded with replacement characters."""
+    chunks: list[bytes] = []
+    want = max_bytes
+    for path in (d / LOG, d / f"{LOG}.1"):
+        try:
+            with open(path, "rb") as fh:
+                size = fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, size - want))
+                data = fh.read(want)
+        except OSError:
+            continue
+        if size > want:  # the first line read is a part of one: dropped
+            data = data.split(b"\n", 1)[1] if b"\n" in data else b""
+        chunks.insert(0, data)
+        want -= len(data)
+        if want <= 0 or size > max_bytes:
+            break
+    return b"".join(chunks).decode("utf-8", errors="replace").splitlines()
 
 
 def jobs() -> list[dict]:
+    """Every local job (a directory under ``jobs/`` that is not a job's is left out)."""
     root = home() / "jobs"
-    return [report(d.name) for d in sorted(root.iterdir())] if root.is_dir() else []
+    if not root.is_dir():
+        return []
+    return [report(d.name) for d in sorted(root.iterdir()) if objects.name_problem(d.name) is None and d.is_dir() and not d.is_symlink()]
 
 
 def logs(name: str, *, node: int | None, follow: bool) -> Iterator[str]:
-    """The job's output (one node's with ``node``), to the end or, with ``follow``, until it ends."""
+    """The job's output (one node's with ``node``), to the end or, with ``follow``, until it ends;
+    a node the job does not have is refused."""
     d = job_dir(name)
     if not d.exists():
         raise LocalError(f"no local job {name} (trainctl list --local)")
-    with open(d / "output.log", errors="replace") as fh:
+    if node is not None:
+        nodes = _state(d).get("nodes")
+        if node < 0 or (isinstance(nodes, int) and node >= nodes):
+            raise LocalError(f"--node {node}: {name} has {nodes} node{'s' if nodes != 1 else ''} (0..{nodes - 1 if isinstance(nodes, int) else '?'})")
+    for line in _log_lines(d, follow):
+        m = NODE_LINE.match(line)
+        if node is None or (m and int(m.group(2)) == node):
+            yield line
+
+
+def _log_lines(d: pathlib.Path, follow: bool) -> Iterator[str]:
+    """The lines of ``output.log.1`` and ``output.log``; with ``follow`` on into the next file
+    when the log is rotated, until the job ends. A line is read to at most 1 MiB at a time."""
+    rotated = d / f"{LOG}.1"
+    if rotated.exists():
+        with open(rotated, errors="replace") as fh:
+            yield from (line.rstrip("\n") for line in iter(lambda: fh.readline(2**20), ""))
+    try:
+        fh = open(d / LOG, errors="replace")  # noqa: SIM115 - replaced when rotated
+    except OSError:
+        return
+    try:
         while True:
-            line = fh.readline()
+            line = fh.readline(2**20)
             if line:
-                m = NODE_LINE.match(line)
-                if node is None or (m and int(m.group(2)) == node):
-                    yield line.rstrip("\n")
+                yield line.rstrip("\n")
                 continue
-            if not follow or not _alive(_state(d)):
+            if not follow:
+                return
+            try:
+                moved = os.stat(d / LOG).st_ino != os.fstat(fh.fileno()).st_ino
+            except OSError:
+                moved = False
+            if moved:  # rotated: what was left in the old file was read above
+                fh.close()
+                fh = open(d / LOG, errors="replace")  # noqa: SIM115
+                continue
+            if not _alive(_state(d)):
                 return
             time.sleep(0.5)
+    finally:
+        fh.close()
+
+
+def _job_processes(state: dict) -> list[proctree.Proc]:
+    """Every live process of the job: the emulator and all that descends from it however it left
+    (the job's marker), and whatever lives in the PID namespaces of those."""
+    marker = state.get("marker")
+    if not isinstance(marker, str) or not marker:  # a job from before markers: its emulator's session
+        return proctree.members(sessions=[state["pid"]]) if _alive(state) else []
+    marked = proctree.members(marker=(proctree.JOB_MARKER, marker))
+    spaces = {p.pidns for p in marked}
+    return proctree.members(marker=(proctree.JOB_MARKER, marker), namespaces=spaces)
 
 
 def delete(name: str) -> bool:
-    """Stop the job's emulator (its whole process group: every node) and remove its directory."""
+    """Stop every process of the job and remove its directory. The emulator is told first (it
+    gives each node SIGTERM and its grace period, then SIGKILL); what is left after the job's grace
+    period (and a margin) is SIGKILLed here. True when something was running."""
     import shutil
 
     d = job_dir(name)
     if not d.exists():
         raise LocalError(f"no local job {name} (trainctl list --local)")
+    foreign = sorted(p.name for p in d.iterdir() if p.name not in JOB_FILES)
+    if foreign:
+        raise LocalError(f"{d} holds {', '.join(foreign[:3])}, which trainctl did not write: left as it is")
     state = _state(d)
+    grace = state.get("grace_seconds")
+    grace = float(grace) if isinstance(grace, int | float) and not isinstance(grace, bool) else float(grace_seconds({}, "dev"))
+
+    def find() -> list[proctree.Proc]:
+        return _job_processes(state)
+
     stopped = False
-    if _alive(state):
-        os.killpg(state["pid"], signal.SIGTERM)
-        deadline = time.monotonic() + 10
+    if _alive(state):  # the emulator stops its nodes as the kubelet would
+        stopped = True
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(state["pid"], signal.SIGTERM)
+        deadline = time.monotonic() + grace + STOP_MARGIN_S
         while _alive(state) and time.monotonic() < deadline:
             time.sleep(0.2)
-        if _alive(state):
-            os.killpg(state["pid"], signal.SIGKILL)
-        stopped = True
+    # what is left (the emulator gone, or past its time): SIGTERM, the grace period, SIGKILL
+    stopped = proctree.stop(find, 0 if stopped else grace) or stopped
+    left = proctree.kill(find)
+    if left:
+        raise LocalError(f"{name}: processes {', '.join(str(p.pid) for p in left[:5])} of the job did not end after SIGKILL; its directory is kept")
     shutil.rmtree(d)
     return stopped
 
@@ -177,7 +328,7 @@ def evidence(name: str):
         raise LocalError(f"no local job {name} (trainctl list --local)")
     lines: dict[str, list[str]] = {}
     codes: dict[str, int] = {}
-    for line in _lines(d):
+    for line in tail_lines(d, EVIDENCE_BYTES):
         m = NODE_LINE.match(line)
         if m:
             lines.setdefault(f"node {m.group(2)}", []).append(line[m.end():])

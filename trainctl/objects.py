@@ -29,7 +29,8 @@ from manifests import trainjobs as tj
 from manifests.kueue import PRIORITIES
 from manifests.runtimes import BUILDERS
 from manifests.tenants import LOCAL_QUEUE
-from trainctl.code import CodeBundle
+from trainctl import secrets
+from trainctl.code import CodeBundle, object_problems
 
 RUNTIMES = {"torch": TORCH_RUNTIME, "tensorflow": TF_RUNTIME}
 """``--runtime`` -> the platform's ClusterTrainingRuntime (base name, manifests/runtimes.py)."""
@@ -87,29 +88,49 @@ def job_shape_problems(req: Request) -> list[str]:
     return lines
 
 
+def name_problem(name: str) -> str | None:
+    """Why ``name`` is not a TrainJob name (the rule of ``--name``), or None."""
+    if _NAME_RE.fullmatch(name) and len(name) <= NAME_MAX:
+        return None
+    return f"allowed: a lowercase RFC 1035 label (a letter first, then letters, digits, '-'), at most {NAME_MAX} characters"
+
+
 def check(req: Request) -> None:
     """Refuse bad input before anything is read or sent: one :class:`SubmitError` with a line per
     problem."""
+    found = problems(req)
+    if found:
+        raise SubmitError("\n".join(found))
+
+
+def problems(req: Request) -> list[str]:
+    """Every problem of the request, one line each (no value that may be a secret is shown)."""
     problems = []
     if req.runtime not in RUNTIMES:
         problems.append(f"unknown runtime {req.runtime!r}; allowed: {', '.join(RUNTIMES)}")
     if not DNS_LABEL_RE.fullmatch(req.namespace):
         problems.append(f"--namespace {req.namespace!r} is not a namespace name (a DNS label such as vision)")
     problems += job_shape_problems(req)
-    if req.name is not None and (not _NAME_RE.fullmatch(req.name) or len(req.name) > NAME_MAX):
-        problems.append(f"--name {req.name!r}: allowed: a lowercase RFC 1035 label (a letter first, then letters, digits, '-'), at most {NAME_MAX} characters")
+    if req.name is not None and (why := name_problem(req.name)) is not None:
+        problems.append(f"--name {req.name!r}: {why}")
     if req.trainer_version not in versions.TRAINER_VERSIONS:
         problems.append(f"--trainer-version {req.trainer_version!r}; allowed: {', '.join(versions.TRAINER_VERSIONS)}")
     if req.grace_seconds is not None and req.trainer_version in GRACE_INCOMPATIBLE_TRAINERS:
         problems.append(f"--grace-seconds: Trainer {req.trainer_version} cannot set a job's own grace period (its podTemplateOverrides have no terminationGracePeriodSeconds); leave it out to use the runtime's")
     if req.priority is not None and req.priority not in PRIORITIES:
         problems.append(f"--priority {req.priority!r}: allowed: {', '.join(PRIORITIES)}")
+    elif req.priority is not None and req.trainer_version in KUEUE_INCOMPATIBLE_TRAINERS:
+        # a priority is Kueue's (a WorkloadPriorityClass label), and no queue is written there
+        problems.append(f"--priority: Trainer {req.trainer_version} jobs do not go through Kueue (it needs Trainer v2.2 or later), so a priority would do nothing; leave it out")
     if req.efa_zone is not None and not AZ_RE.fullmatch(req.efa_zone):
         problems.append(f"--efa-zone {req.efa_zone!r}: allowed: an AZ name such as us-west-2a")
+    elif req.efa_zone is not None and (known := catalog.catalog()).get(req.instance_type) is not None and not known[req.instance_type].efa:
+        efa_types = sorted(t for t, spec in known.items() if spec.efa)
+        problems.append(f"--efa-zone: instance type {req.instance_type} has no EFA (the GPU catalog); pass --instance-type with one that has, such as {', '.join(efa_types[:4])} ({len(efa_types)} in all)")
     if not req.command:
         problems.append("no command: give it after --, e.g. trainctl submit ... ./proj -- python train.py")
-    if problems:
-        raise SubmitError("\n".join(problems))
+    problems += secrets.command_problems(req.command)
+    return problems
 
 
 def _resolve(arg: str, bundle: CodeBundle) -> str:
@@ -182,9 +203,11 @@ SHIPPED = {LAUNCHER: "launch.py", STATUS_MODULE: "trainer_status.py"}
 def with_launcher(bundle: CodeBundle) -> CodeBundle:
     """The bundle plus the platform's launcher and progress reporter (refused if the user's
     directory has one of their names)."""
-    taken = [name for name in SHIPPED if name in bundle.paths or name in bundle.files]
+    # a file of that name, or a directory (its files would be mounted under the shipped file's path)
+    taken = [name for name in SHIPPED if name in bundle.paths or name in bundle.files or any(rel.startswith(name + "/") for rel in bundle.paths)]
     if taken:
-        raise SubmitError(f"the code dir has a file named {taken[0]!r}, the name of one of the platform's files beside your code ({', '.join(SHIPPED)}); rename it")
+        kind = "file" if taken[0] in bundle.paths or taken[0] in bundle.files else "directory"
+        raise SubmitError(f"the code dir has a {kind} named {taken[0]!r}, the name of one of the platform's files beside your code ({', '.join(SHIPPED)}); rename it")
     shipped = {name: (tj.PROGRAMS_DIR / source).read_text() for name, source in SHIPPED.items()}
     return replace(bundle, files={**bundle.files, **shipped}, paths={**bundle.paths, **{name: name for name in shipped}})
 
@@ -229,6 +252,9 @@ def build(req: Request, bundle: CodeBundle) -> tuple[dict, dict]:
         for volume in pod.get("volumes", []):
             if volume["name"] == tj.CODE_VOLUME:
                 volume["configMap"]["items"] = items
+    too_big = object_problems(bundle.root, len(bundle.paths), [configmap, trainjob])  # what the API server can store
+    if too_big:
+        raise SubmitError("\n".join(too_big))
     return configmap, trainjob
 
 

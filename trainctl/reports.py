@@ -39,15 +39,25 @@ def _table(title: str | None, columns: Sequence[str], rows: list[Sequence[Any]])
 
 
 def cmd_submit_local(args: argparse.Namespace, command: list[str]) -> int:
-    """The objects the cluster path creates, run on this machine by the emulator in the background."""
+    """The objects the cluster path creates, run on this machine by the emulator in the background
+    (with ``--dry-run`` only printed: nothing starts)."""
     req = objects.Request(
         namespace=args.namespace or "local", nodes=args.nodes, command=command, runtime=args.runtime, gpus_per_node=args.gpus_per_node if args.gpus_per_node is not None else 1,
         instance_type=args.instance_type or objects.DEFAULT_INSTANCE_TYPE, image=args.image, name=args.name, trainer_version=args.trainer_version or versions.DEFAULT_TRAINER_VERSION,
-        grace_seconds=args.grace_seconds,
+        grace_seconds=args.grace_seconds, priority=args.priority, efa_zone=args.efa_zone,
     )
-    objects.check(req)
+    found = objects.problems(req) + local.node_problems(req.nodes)
+    if found:  # every problem at once, before the code dir is read
+        raise objects.SubmitError("\n".join(found))
     cm, tj = objects.build(req, collect(args.code_dir))
-    state = local.submit(cm, tj)
+    if args.dry_run:
+        if args.output == "json":
+            print(json.dumps({"apiVersion": "v1", "kind": "List", "items": [cm, tj]}, indent=2))
+        else:
+            print(yaml.safe_dump_all([cm, tj], sort_keys=False), end="")
+        print(f"trainctl: --dry-run: nothing started (trainctl submit --local without it runs {tj['metadata']['name']} on this machine)", file=sys.stderr)
+        return 0
+    state = local.submit(cm, tj, grace_s=req.grace_seconds)
     name = state["name"]
     if args.output == "table":
         print(f"{name}: {req.nodes} nodes on this machine (emulator pid {state['pid']}); follow it: trainctl logs --local {name} -f")

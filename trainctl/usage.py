@@ -39,17 +39,27 @@ def parse_time(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)  # Kubernetes' timestamps (RFC 3339, from the Unix epoch): no Workload is older
+
+
 def since_time(text: str, now: datetime) -> datetime:
-    """``7d``, ``12h``, ``30m`` before now, or an ISO date/time."""
-    m = re.fullmatch(r"(\d+)([dhm])", text, re.ASCII)
+    """``7d``, ``12h``, ``30m`` before now, or an ISO date/time; between the Unix epoch and now."""
+    allowed = f"allowed: a duration such as 7d, 12h or 30m, or a date such as 2026-11-01, from {EARLIEST:%Y-%m-%d} to now"
+    m = re.fullmatch(r"(\d{1,15})([dhm])", text, re.ASCII)  # more digits reach back before any date anyway
     if m:
         n, unit = int(m.group(1)), m.group(2)
+        span = (now - EARLIEST).total_seconds() / {"d": 86400, "h": 3600, "m": 60}[unit]
+        if n > span:
+            raise ValueError(f"--since {text!r} reaches back before {EARLIEST:%Y-%m-%d} (at most {int(span)}{unit} from now); {allowed}")
         return now - {"d": timedelta(days=n), "h": timedelta(hours=n), "m": timedelta(minutes=n)}[unit]
     try:
         t = datetime.fromisoformat(text)
     except ValueError:
-        raise ValueError(f"--since {text!r}: allowed: a duration such as 7d, 12h or 30m, or a date such as 2026-11-01") from None
-    return t if t.tzinfo else t.replace(tzinfo=UTC)
+        raise ValueError(f"--since {text!r}: {allowed}") from None
+    t = t if t.tzinfo else t.replace(tzinfo=UTC)
+    if not EARLIEST <= t <= now:
+        raise ValueError(f"--since {text!r}: {'in the future' if t > now else 'before ' + format(EARLIEST, '%Y-%m-%d')}; {allowed}")
+    return t
 
 
 def _condition(wl: dict, kind: str) -> dict | None:
