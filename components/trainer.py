@@ -34,7 +34,10 @@ class Trainer(pulumi.ComponentResource):
     runtimes: dict[str, pulumi.Resource]
     runtime_names: dict[str, str]
 
-    def __init__(self, name: str, *, settings: TrainerSettings, cluster_name: str, provider: k8s.Provider, depends_on: list[pulumi.Resource] | None = None, opts: pulumi.ResourceOptions | None = None):
+    def __init__(
+        self, name: str, *, settings: TrainerSettings, cluster_name: str, provider: k8s.Provider, depends_on: list[pulumi.Resource] | None = None, opts: pulumi.ResourceOptions | None = None,
+        job_graces: dict[str, list[int]] | None = None,
+    ):
         super().__init__("training-platform:k8s:Trainer", name, None, opts)
         self.version = settings.version
         self.release = release(
@@ -46,8 +49,8 @@ class Trainer(pulumi.ComponentResource):
             values=trainer_chart_values(settings),
             opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=depends_on or []),
         )
-        manifests = runtimes(settings)
-        # keyed by base name (torch-distributed-gpu, ...); the objects carry content-hashed names
+        manifests = runtimes(settings, job_graces)  # job_graces: the stack's jobs' grace periods (config.settings.job_grace_periods)
+        # keyed by base name (torch-distributed-gpu, ...) or grace variant (<base>-grace<N>); the objects carry content-hashed names
         self.runtime_names = {base: obj["metadata"]["name"] for base, obj in manifests.items()}
         self.runtimes = {
             base: apply_manifest(obj, pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[self.release]))

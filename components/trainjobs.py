@@ -66,8 +66,9 @@ class TrainJobs(pulumi.ComponentResource):
         self.jobs = {}
         for key, job in settings.trainjobs.jobs().items():
             workload = tj.WORKLOADS[key]
-            runtime = trainer.runtimes[workload.runtime]  # config refuses a job whose runtime is not installed
-            manifest = tj.trainjob(workload, job, settings, code_configmap=tj.code_configmap_name(files), image=job.image or image, runtime_name=trainer.runtime_names[workload.runtime], queue=LOCAL_QUEUE if kueue else None)
+            runtime_key = tj.runtime_key(workload, job, settings)  # its runtime, or that runtime's variant with the job's grace period
+            runtime = trainer.runtimes[runtime_key]  # config refuses a job whose runtime is not installed
+            manifest = tj.trainjob(workload, job, settings, code_configmap=tj.code_configmap_name(files), image=job.image or image, runtime_name=trainer.runtime_names[runtime_key], queue=LOCAL_QUEUE if kueue else None)
             # TrainJob specs are (mostly) immutable: any change (a new image digest too) replaces the job, deleting the
             # old one first. So does a label change: Kueue v0.19.2 refuses a queue-name change on a running job
             # (pkg/controller/jobframework/validation.go validateUpdateForQueueName) and adds its runtime patch only

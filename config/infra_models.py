@@ -355,6 +355,10 @@ class TrainerSettings(Section):
         120, "seconds a training pod has from SIGTERM (Kueue preemption, a drain, a spot interruption) to SIGKILL to finish its step and save a checkpoint: the runtimes' terminationGracePeriodSeconds (a spot interruption gives 2 minutes at most)",
         ge=30, le=3600,
     )
+    grace_classes: list[Int] = opt(
+        [], "further grace periods (seconds, 30 to 3600) offered as runtimes of their own (<runtime>-grace<N>): trainctl submit --grace-seconds picks one "
+        "(a job's grace period lives in its runtime, since Kueue drops it from a TrainJob: manifests/runtimes.py); the stack's jobs' trainjobs.<job>.terminationGraceSeconds get theirs without being listed",
+    )
     progress_in_status: Bool = opt(
         False, "turn on Trainer v2.3.0's TrainJobStatus feature (alpha): the programs' progress, ETA and metrics in TrainJob.status.trainerStatus. "
         "Off by default: its status server checks job tokens by OIDC discovery at the service-account issuer with a client that trusts only the cluster CA, "
@@ -367,6 +371,9 @@ class TrainerSettings(Section):
     def problems(self, path: str) -> Iterator[ConfigError]:
         if _unique(self.runtimes):
             yield ConfigError(f"{path}.runtimes", self.runtimes, "allowed: a list without duplicates")
+        for i, grace in enumerate(self.grace_classes):
+            if not 30 <= grace <= 3600 or grace == self.termination_grace_seconds or grace in self.grace_classes[:i]:
+                yield ConfigError(f"{path}.graceClasses[{i}]", grace, f"allowed: an integer from 30 to 3600, once, other than trainer.terminationGraceSeconds ({self.termination_grace_seconds}: every runtime has it)")
         if self.progress_in_status and self.version not in STATUS_SERVER_VERSIONS:
             yield ConfigError(f"{path}.progressInStatus", True, f"Trainer {self.version} has no TrainJobStatus feature; allowed: false, or trainer.version {', '.join(sorted(STATUS_SERVER_VERSIONS))}")
 

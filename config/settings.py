@@ -412,9 +412,17 @@ def _start_time_rule(s: Settings) -> Iterator[ConfigError]:
 # the v2.3.0 CRD (trainer.kubeflow.org_trainjobs.yaml: int64, minimum 1, immutable); the v2.1.0 CRD
 # has no such field, and the API server would drop it silently.
 DEADLINE_INCOMPATIBLE_TRAINERS = ("v2.1.0",)
-# A job's own pod grace period goes in runtimePatches (v2.3.0 CRD: terminationGracePeriodSeconds in
-# its pod spec patch); v2.1.0's podTemplateOverrides spec has no such field.
-GRACE_INCOMPATIBLE_TRAINERS = ("v2.1.0",)
+
+
+def job_grace_periods(s: Settings) -> dict[str, list[int]]:
+    """Runtime (base name) -> the grace periods the stack's enabled jobs on it ask for
+    (``trainjobs.<job>.terminationGraceSeconds``): each runs on that runtime's grace variant
+    (manifests/runtimes.py; a TrainJob cannot carry it past Kueue), on either Trainer release."""
+    found: dict[str, set[int]] = {}
+    for job in s.trainjobs.jobs().values():
+        if job.termination_grace_seconds is not None:
+            found.setdefault(type(job).RUNTIME, set()).add(job.termination_grace_seconds)
+    return {base: sorted(graces) for base, graces in found.items()}
 
 
 def _lifecycle_rules(s: Settings) -> Iterator[ConfigError]:
@@ -425,13 +433,6 @@ def _lifecycle_rules(s: Settings) -> Iterator[ConfigError]:
                     f"trainjobs.{name}.activeDeadlineSeconds", job.active_deadline_seconds,
                     f"Trainer {s.trainer.version}'s TrainJob has no activeDeadlineSeconds (it came with v2.2.0); allowed: unset, or trainer.version v2.3.0 "
                     "(on v2.1.0 stop a runaway job by hand: docs/runbook.md, 'Runaway jobs')",
-                )
-    if s.trainer.version in GRACE_INCOMPATIBLE_TRAINERS:
-        for name, job in s.trainjobs.jobs().items():
-            if job.termination_grace_seconds is not None:
-                yield ConfigError(
-                    f"trainjobs.{name}.terminationGraceSeconds", job.termination_grace_seconds,
-                    f"Trainer {s.trainer.version} cannot set a job's own grace period (podTemplateOverrides has no terminationGracePeriodSeconds); allowed: unset (trainer.terminationGraceSeconds for every job), or trainer.version v2.3.0",
                 )
     check_type = s.smoke_checks.instance_type
     if s.smoke_checks.enabled and check_type is not None:

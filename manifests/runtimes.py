@@ -31,6 +31,27 @@ to JobSets created afterwards; running JobSets keep the pods they were created w
 ``training-platform/runtime: <base>`` finds the current runtime of a kind. The old runtime is
 deleted without waiting (``pulumi.com/skipAwait``): the Trainer keeps it, through its finalizer,
 until the last TrainJob that references it is gone, and ``pulumi up`` does not block on that.
+
+Grace variants. A pod's grace period (SIGTERM to SIGKILL) lives in the runtime, never in a
+TrainJob: Kueue v0.19.2 admits a TrainJob by a typed update built on Trainer v2.2.1's Go types,
+which drops ``terminationGracePeriodSeconds`` from a pod patch (new in v2.3.0;
+``manifests.trainer_api.KUEUE_DROPPED_FIELDS``). So each runtime comes with the stack's
+``trainer.terminationGraceSeconds`` and, as a runtime of its own named
+``<base>-grace<N>-<hash>``, with every other grace period the platform offers
+(``trainer.graceClasses``, and each enabled job's ``trainjobs.<job>.terminationGraceSeconds``):
+a job with its own grace period references its variant. Labels say which is which:
+``training-platform/runtime`` (``<base>`` or ``<base>-grace<N>``), ``training-platform/runtime-family``
+(``<base>``) and ``training-platform/grace-seconds``; ``trainctl submit --grace-seconds`` picks the
+variant by them.
+
+Pod Security. Every pod of every runtime passes the ``restricted`` profile that team namespaces
+enforce (manifests/tenants.py; the rules are checked in tests/test_initializers.py): non-root
+(``versions.WORKLOAD_UID``), seccomp ``RuntimeDefault``, no privilege escalation, every capability
+dropped, only claim, ConfigMap and emptyDir volumes. The initializers' upstream images have no
+``USER`` (root; kubeflow/trainer cmd/initializers/*/Dockerfile, v2.1.0 and v2.3.0), so their pods
+set the user, and everything they write is writable by it: ``/workspace`` (see below) and
+``HOME``/``HF_HOME`` on an emptyDir (huggingface_hub keeps its token and caches under ``HF_HOME``,
+default ``~/.cache/huggingface``: constants.py of 0.27.0 and 1.24.0, the versions the images pin).
 """
 
 from __future__ import annotations
@@ -38,6 +59,7 @@ from __future__ import annotations
 import hashlib
 import json
 import pathlib
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import versions
@@ -53,7 +75,9 @@ DO_NOT_DISRUPT = {"karpenter.sh/do-not-disrupt": "true"}
 ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 FRAMEWORK_LABEL = "trainer.kubeflow.org/framework"
 
-RUNTIME_LABEL = "training-platform/runtime"
+RUNTIME_LABEL = "training-platform/runtime"  # the runtime's key: its base name, or <base>-grace<N> for a grace variant
+FAMILY_LABEL = "training-platform/runtime-family"  # the base name (torch-distributed-gpu, ...), on every variant too
+GRACE_LABEL = "training-platform/grace-seconds"  # its pods' terminationGracePeriodSeconds
 # pulumi-kubernetes skips its await logic for an object with this annotation, on delete too (the
 # unified delete await of pulumi-kubernetes #3133; #3154 discusses narrowing it to readiness in v5,
 # which would need revisiting this). A CustomResource has no readiness await to lose.
@@ -97,13 +121,41 @@ BASE_ENV = [
 # (builder.go ``Initializer``), so a job re-created under the same name with another dataset or
 # model downloads into a fresh directory instead of mixing files with the old one (the hub client
 # adds files to a local directory, it never removes any).
+# The initializers run as the training user, and the kubelet creates a missing sub-path directory
+# as root with the volume root's mode (kubelet ``makeMounts``: ``GetMode`` then ``SafeMakeDir``; see
+# manifests/tenants.py), where that user could not write. So an init container of the same image,
+# as the same user, first creates ``initialized/<TrainJob>/<key>`` through a mount of the claim's
+# root; the sub-path then exists and belongs to the user. The Trainer puts the key only into the
+# container named like the initializer (builder.go ``Initializer``: ``Containers``, not
+# ``InitContainers``), so the TrainJob also gives it to the initializer pods as the annotation
+# ``INITIALIZED_KEY_ANNOTATION`` (a runtime patch on the initializer jobs, manifests/trainjobs.py),
+# which both containers read; the Trainer's env entry of the same name replaces the runtime's
+# (pkg/apply/apply.go ``upsert``: the whole entry, by name). A TrainJob that sets neither (a team's
+# own job through the SDK) gets ``initialized/<TrainJob>``.
 INITIALIZED_ROOT = "initialized"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 TRAINJOB_NAME_ENV = "TRAINJOB_NAME"
 INITIALIZED_KEY_ENV = "INITIALIZED_KEY"
+INITIALIZED_KEY_ANNOTATION = "training-platform/initialized-key"
+WORKSPACE_SETUP = "workspace-setup"  # the initializers' init container
+CLAIM_ROOT_MOUNT = "/mnt/claim"  # where it sees the claim's root
+SCRATCH_VOLUME = "scratch"
+SCRATCH_MOUNT = "/tmp"  # HOME and HF_HOME of the initializers: writable by their user
 # small, CPU-only pods on the system node groups (the images are multi-arch): no GPU node is
 # started or held for a download
 INITIALIZER_RESOURCES = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "4Gi"}}
+WORKSPACE_SETUP_RESOURCES = {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}}
+# The init container's program (the initializer images are Python images): the directory, or one
+# line saying why not (an ``initialized`` tree made by root-run initializers of an older platform).
+WORKSPACE_SETUP_SCRIPT = (
+    "import os, sys\n"
+    f"d = os.path.join({CLAIM_ROOT_MOUNT!r}, {INITIALIZED_ROOT!r}, os.environ[{TRAINJOB_NAME_ENV!r}], os.environ.get({INITIALIZED_KEY_ENV!r}, ''))\n"
+    "try:\n"
+    "    os.makedirs(d, exist_ok=True)\n"
+    "except OSError as err:\n"
+    "    sys.exit(f'workspace-setup: cannot create {d} as uid {os.getuid()}: {err.strerror}; the initializers write there as this user (hand the directory to it)')\n"
+    "print(f'workspace-setup: {d} ready', flush=True)\n"
+)
 
 
 def failure_policy(max_restarts: int) -> dict:
@@ -142,7 +194,7 @@ def _node_container(image: str, env: list[dict], command: list[str] | None) -> d
         "image": image,
         "env": env,
         "volumeMounts": [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}],
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        "securityContext": restricted_container_security(),
     }
     if command:
         container["command"] = command
@@ -177,27 +229,56 @@ def initialized_subpath(trainjob_name: str, key: str) -> str:
     return f"{INITIALIZED_ROOT}/{trainjob_name}/{key}"
 
 
+def restricted_container_security() -> dict:
+    """What Pod Security ``restricted`` asks of every container that the pod-level context does not
+    already give: no privilege escalation, every capability dropped."""
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
 def initializer_job(*, kind: str, image: str) -> dict:
     """Replicated job ``dataset-initializer`` or ``model-initializer``: the upstream image with its
     own entrypoint, the ancestor label and container name the Trainer looks for, the volume named
-    ``initializer`` mounted at /workspace. One pod, no in-place retries: a failed download fails
-    the Job and the JobSet failure policy restarts the group (a restart of nothing but downloads)."""
+    ``initializer`` mounted at /workspace, run as the training user (see the module docstring: the
+    init container that makes its directory, the scratch volume). One pod, no in-place retries: a
+    failed download fails the Job and the JobSet failure policy restarts the group (a restart of
+    nothing but downloads)."""
     name = {"dataset": trainer_api.DATASET_INITIALIZER, "model": trainer_api.MODEL_INITIALIZER}[kind]
+    key_env = [
+        {"name": TRAINJOB_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{JOBSET_NAME_LABEL}']"}}},
+        {"name": INITIALIZED_KEY_ENV, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{INITIALIZED_KEY_ANNOTATION}']"}}},
+    ]
+    scratch_env = [{"name": "HOME", "value": SCRATCH_MOUNT}, {"name": "HF_HOME", "value": f"{SCRATCH_MOUNT}/huggingface"}]
+    setup = {
+        "name": WORKSPACE_SETUP,
+        "image": image,
+        "command": ["python", "-c", WORKSPACE_SETUP_SCRIPT],
+        "env": [dict(e) for e in key_env],
+        "resources": WORKSPACE_SETUP_RESOURCES,
+        "volumeMounts": [{"name": trainer_api.INITIALIZER_VOLUME, "mountPath": CLAIM_ROOT_MOUNT}],
+        "securityContext": restricted_container_security(),
+    }
     container = {
         "name": name,
         "image": image,
-        "env": [{"name": TRAINJOB_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{JOBSET_NAME_LABEL}']"}}}],
+        "env": [*key_env, *scratch_env],
         "resources": INITIALIZER_RESOURCES,
-        "volumeMounts": [{"name": trainer_api.INITIALIZER_VOLUME, "mountPath": trainer_api.INITIALIZER_WORKSPACE, "subPathExpr": initialized_subpath(f"$({TRAINJOB_NAME_ENV})", f"$({INITIALIZED_KEY_ENV})")}],
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        "volumeMounts": [
+            {"name": trainer_api.INITIALIZER_VOLUME, "mountPath": trainer_api.INITIALIZER_WORKSPACE, "subPathExpr": initialized_subpath(f"$({TRAINJOB_NAME_ENV})", f"$({INITIALIZED_KEY_ENV})")},
+            {"name": SCRATCH_VOLUME, "mountPath": SCRATCH_MOUNT},
+        ],
+        "securityContext": restricted_container_security(),
     }
     pod_spec = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
-        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": trainer_pod_security(),
         "nodeSelector": {NODE_ROLE_LABEL: "system"},
+        "initContainers": [setup],
         "containers": [container],
-        "volumes": [{"name": trainer_api.INITIALIZER_VOLUME, "persistentVolumeClaim": {"claimName": CHECKPOINT_CLAIM}}],
+        "volumes": [
+            {"name": trainer_api.INITIALIZER_VOLUME, "persistentVolumeClaim": {"claimName": CHECKPOINT_CLAIM}},
+            {"name": SCRATCH_VOLUME, "emptyDir": {}},
+        ],
     }
     return {
         "name": name,
@@ -207,19 +288,29 @@ def initializer_job(*, kind: str, image: str) -> dict:
     }
 
 
+def variant_key(base: str, grace: int | None, trainer: TrainerSettings) -> str:
+    """The key (label ``training-platform/runtime``) of the runtime of kind ``base`` whose pods get
+    ``grace`` seconds: ``base`` itself for the stack's ``trainer.terminationGraceSeconds`` (or None),
+    else ``<base>-grace<N>``."""
+    return base if grace is None or grace == trainer.termination_grace_seconds else f"{base}-grace{grace}"
+
+
 def runtime(
     *, name: str, framework: str, trainer: TrainerSettings, image: str, ml_policy: dict, command: list[str] | None = None, extra_env: list[dict] | None = None,
-    initializers: dict[str, str] | None = None,
+    initializers: dict[str, str] | None = None, grace: int | None = None,
 ) -> dict:
-    """A ClusterTrainingRuntime named ``<name>-<hash of its immutable parts>``. ``initializers``:
+    """A ClusterTrainingRuntime of kind ``name`` named ``<key>-<hash of its immutable parts>``
+    (``key``: :func:`variant_key` for ``grace``, default the stack's). ``initializers``:
     kind (``dataset``, ``model``) -> image; the node job then ``dependsOn`` their completion
     (JobSet ``dependsOn`` names earlier replicated jobs: they come first)."""
+    grace = trainer.termination_grace_seconds if grace is None else grace
+    key = variant_key(name, grace, trainer)
     # SIGTERM to SIGKILL: the programs save their step in it (workloads/programs/trainlib.py preemption)
     # and warn when their checkpoint does not fit (TRAINING_TERMINATION_GRACE_S)
-    env = [*BASE_ENV, {"name": GRACE_ENV, "value": str(trainer.termination_grace_seconds)}, *(extra_env or [])]
+    env = [*BASE_ENV, {"name": GRACE_ENV, "value": str(grace)}, *(extra_env or [])]
     pod_spec = {
         "restartPolicy": "Never",
-        "terminationGracePeriodSeconds": trainer.termination_grace_seconds,
+        "terminationGracePeriodSeconds": grace,
         "automountServiceAccountToken": False,  # training code never calls the Kubernetes API
         "securityContext": trainer_pod_security(),
         "tolerations": [dict(GPU_TOLERATION)],
@@ -245,38 +336,38 @@ def runtime(
     manifest = {
         "apiVersion": trainer_api.API_VERSION,
         "kind": "ClusterTrainingRuntime",
-        "metadata": {"name": name, "labels": {FRAMEWORK_LABEL: framework, RUNTIME_LABEL: name}, "annotations": dict(SKIP_AWAIT)},
+        "metadata": {"name": key, "labels": {FRAMEWORK_LABEL: framework, RUNTIME_LABEL: key, FAMILY_LABEL: name, GRACE_LABEL: str(grace)}, "annotations": dict(SKIP_AWAIT)},
         "spec": {
             "mlPolicy": {"numNodes": 1, **ml_policy},
             "template": {"spec": {"failurePolicy": failure_policy(trainer.max_restarts), "replicatedJobs": [*pre_jobs, job]}},
         },
     }
-    manifest["metadata"]["name"] = content_name(name, manifest)
+    manifest["metadata"]["name"] = content_name(key, manifest)
     return manifest
 
 
-def torch_runtime(trainer: TrainerSettings) -> dict:
+def torch_runtime(trainer: TrainerSettings, grace: int | None = None) -> dict:
     return runtime(
         name="torch-distributed-gpu", framework="torch", trainer=trainer, image=versions.TORCH_RUNTIME_IMAGE,
-        ml_policy={"torch": trainer_api.torch_ml_policy(trainer.version)},
+        ml_policy={"torch": trainer_api.torch_ml_policy(trainer.version)}, grace=grace,
     )
 
 
-def torch_hf_runtime(trainer: TrainerSettings) -> dict:
+def torch_hf_runtime(trainer: TrainerSettings, grace: int | None = None) -> dict:
     """The torch runtime with the Trainer's Hugging Face dataset and model initializers (images
     of the installed Trainer release); TrainJobs on it set ``spec.initializer`` with both."""
     return runtime(
         name="torch-distributed-gpu-hf", framework="torch", trainer=trainer, image=versions.TORCH_RUNTIME_IMAGE,
-        ml_policy={"torch": trainer_api.torch_ml_policy(trainer.version)}, initializers=dict(versions.INITIALIZER_IMAGES[trainer.version]),
+        ml_policy={"torch": trainer_api.torch_ml_policy(trainer.version)}, initializers=dict(versions.INITIALIZER_IMAGES[trainer.version]), grace=grace,
     )
 
 
-def deepspeed_runtime(trainer: TrainerSettings) -> dict:
+def deepspeed_runtime(trainer: TrainerSettings, grace: int | None = None) -> dict:
     """DeepSpeed launched by torchrun (one launcher per node, the Trainer's PET_* rendezvous),
     so it shares the torch runtime's restart semantics instead of an MPI launcher."""
     return runtime(
         name="deepspeed-distributed-gpu", framework="deepspeed", trainer=trainer, image=versions.DEEPSPEED_RUNTIME_IMAGE,
-        ml_policy={"torch": trainer_api.torch_ml_policy(trainer.version)},
+        ml_policy={"torch": trainer_api.torch_ml_policy(trainer.version)}, grace=grace,
     )
 
 
@@ -286,26 +377,40 @@ def tf_config_wrapper() -> list[str]:
     return ["python3", "-c", source, "--"]
 
 
-def tensorflow_runtime(trainer: TrainerSettings) -> dict:
+def tensorflow_runtime(trainer: TrainerSettings, grace: int | None = None) -> dict:
     """The torch policy is used only for what it injects (node count, rank, node 0's address);
     the TrainJob passes its program as ``trainer.args`` and keeps the wrapper command."""
     return runtime(
         name="tensorflow-distributed", framework="tensorflow", trainer=trainer, image=versions.TENSORFLOW_RUNTIME_IMAGE,
-        ml_policy={"torch": trainer_api.torch_ml_policy(trainer.version)}, command=tf_config_wrapper(),
+        ml_policy={"torch": trainer_api.torch_ml_policy(trainer.version)}, command=tf_config_wrapper(), grace=grace,
     )
 
 
 BUILDERS = {"torch-distributed-gpu": torch_runtime, "torch-distributed-gpu-hf": torch_hf_runtime, "deepspeed-distributed-gpu": deepspeed_runtime, "tensorflow-distributed": tensorflow_runtime}
 
 
-def runtimes(trainer: TrainerSettings) -> dict[str, dict]:
-    """Base name (``torch-distributed-gpu``, ...) -> runtime manifest, for the configured runtimes."""
-    return {name: BUILDERS[name](trainer) for name in trainer.runtimes}
+def grace_variants(trainer: TrainerSettings, base: str, job_graces: Mapping[str, Iterable[int]] | None = None) -> list[int]:
+    """The grace periods the runtime of kind ``base`` gets a variant for: every one the platform
+    offers (``trainer.graceClasses``) and those of the stack's jobs on it (``job_graces``: base ->
+    seconds, config.settings.job_grace_periods), less the stack's own (the base runtime has it)."""
+    wanted = set(trainer.grace_classes) | set((job_graces or {}).get(base, ()))
+    return sorted(wanted - {trainer.termination_grace_seconds})
 
 
-def runtime_names(trainer: TrainerSettings) -> dict[str, str]:
-    """Base name -> the current (content-hashed) object name; TrainJobs reference these."""
-    return {base: obj["metadata"]["name"] for base, obj in runtimes(trainer).items()}
+def runtimes(trainer: TrainerSettings, job_graces: Mapping[str, Iterable[int]] | None = None) -> dict[str, dict]:
+    """Key -> runtime manifest, for the configured runtimes: each base name (``torch-distributed-gpu``,
+    ...) and each of its grace variants (``<base>-grace<N>``, :func:`grace_variants`)."""
+    found: dict[str, dict] = {}
+    for base in trainer.runtimes:
+        found[base] = BUILDERS[base](trainer)
+        for grace in grace_variants(trainer, base, job_graces):
+            found[variant_key(base, grace, trainer)] = BUILDERS[base](trainer, grace)
+    return found
+
+
+def runtime_names(trainer: TrainerSettings, job_graces: Mapping[str, Iterable[int]] | None = None) -> dict[str, str]:
+    """Key (base name or grace variant) -> the current (content-hashed) object name; TrainJobs reference these."""
+    return {key: obj["metadata"]["name"] for key, obj in runtimes(trainer, job_graces).items()}
 
 
 def trainer_chart_values(trainer: TrainerSettings) -> dict:

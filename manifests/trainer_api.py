@@ -90,21 +90,63 @@ def torch_ml_policy(version: str) -> dict[str, Any]:
     return {}
 
 
-def pod_customization(version: str, *, metadata: dict | None, pod_spec: dict) -> tuple[str, list[dict]]:
-    """(field name, value) that applies ``pod_spec``/``metadata`` to the runtime's trainer pods."""
+def pod_customization(version: str, *, metadata: dict | None, pod_spec: dict, job_metadata: dict[str, dict] | None = None) -> tuple[str, list[dict]]:
+    """(field name, value) that applies ``pod_spec``/``metadata`` to the runtime's trainer pods, and
+    ``job_metadata`` (replicated job name -> pod metadata) to the pods of other jobs of the runtime
+    (both releases merge a patch's or override's pod metadata into the pod template: v2.1.0
+    ``mergePodTemplateOverrides``, v2.3.0 ``mergeRuntimePatches``, pkg/runtime/core/trainingruntime.go)."""
+    others = sorted((job_metadata or {}).items())
     if version == "v2.1.0":
         entry: dict[str, Any] = {"targetJobs": [{"name": TRAINER_JOB}], "spec": pod_spec}
         if metadata:
             entry["metadata"] = metadata
-        return "podTemplateOverrides", [entry]
+        return "podTemplateOverrides", [entry, *({"targetJobs": [{"name": name}], "metadata": md} for name, md in others)]
     pod_template: dict[str, Any] = {"spec": pod_spec}
     if metadata:
         pod_template["metadata"] = metadata
-    patch = {
-        "manager": PATCH_MANAGER,
-        "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [{"name": TRAINER_JOB, "template": {"spec": {"template": pod_template}}}]}}},
-    }
+    jobs = [{"name": TRAINER_JOB, "template": {"spec": {"template": pod_template}}}]
+    jobs += [{"name": name, "template": {"spec": {"template": {"metadata": md}}}} for name, md in others]
+    patch = {"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": jobs}}}}
     return "runtimePatches", [patch]
+
+
+# What survives Kueue. Kueue v0.19.2 admits a TrainJob by a typed read-modify-write: its go.mod
+# requires github.com/kubeflow/trainer/v2 v2.2.1, and RunWithPodSetsInfo (and Stop) send the whole
+# TrainJob back with ``c.Update`` after decoding it into v2.2.1's Go types
+# (pkg/controller/jobs/trainjob/trainjob_controller.go), so every field those types lack is dropped
+# from the admitted job. The TrainJob fields of v2.3.0 (the CRD this platform installs) that v2.2.1
+# lacks, from ``git diff v2.2.1 v2.3.0 -- pkg/apis/trainer/v1alpha1/trainjob_types.go``
+# (kubeflow/trainer): one, ``PodSpecPatch.terminationGracePeriodSeconds``; the other changes in that
+# diff are validation rules only. The field set of v2.3.0 itself is the maintained model package
+# kubeflow-trainer-api 2.3.0 (tests/test_grace_period.py checks every field we emit against it).
+KUEUE_TRAINER_TYPES = "v2.2.1"
+_POD_PATCH = "spec.runtimePatches[].trainingRuntimeSpec.template.spec.replicatedJobs[].template.spec.template.spec"
+KUEUE_DROPPED_FIELDS = (f"{_POD_PATCH}.terminationGracePeriodSeconds",)
+
+
+def field_paths(obj: Any, prefix: str = "") -> set[str]:
+    """Every field path set in ``obj`` (lists as ``[]``; map keys of ``labels``, ``annotations``,
+    ``nodeSelector``, resource lists and the like are values, not fields: see ``FREE_MAPS``)."""
+    found: set[str] = set()
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            path = f"{prefix}.{key}" if prefix else key
+            found.add(path)
+            if key not in FREE_MAPS:
+                found |= field_paths(value, path)
+    elif isinstance(obj, list):
+        for item in obj:
+            found |= field_paths(item, f"{prefix}[]")
+    return found
+
+
+# maps whose keys are data (Kubernetes map[string]string / ResourceList fields)
+FREE_MAPS = frozenset({"labels", "annotations", "nodeSelector", "limits", "requests", "matchLabels", "data", "binaryData"})
+
+
+def dropped_by_kueue(trainjob: dict) -> list[str]:
+    """The fields of ``trainjob`` that Kueue's admission drops (:data:`KUEUE_DROPPED_FIELDS`)."""
+    return sorted(field_paths(trainjob) & set(KUEUE_DROPPED_FIELDS))
 
 
 def read_pod_customization(trainjob_spec: dict) -> dict:

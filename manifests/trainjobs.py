@@ -14,7 +14,6 @@ from typing import Any
 from config import catalog
 from config.settings import (
     DEADLINE_INCOMPATIBLE_TRAINERS,
-    GRACE_INCOMPATIBLE_TRAINERS,
     TF_RUNTIME,
     DdpJobSettings,
     FsdpJobSettings,
@@ -24,11 +23,12 @@ from config.settings import (
     Settings,
     TfJobSettings,
     job_gpus_per_node,
+    job_grace_periods,
 )
 from manifests import trainer_api
 from manifests.gpu_objects import EFA_LABEL, EFA_POOL, GPU_POOL, POOL_LABEL, efa_devices_per_node, efa_pool_of
 from manifests.kueue import PRIORITY_LABEL
-from manifests.runtimes import EFA_ENV, GRACE_ENV, INITIALIZED_KEY_ENV, initialized_subpath, runtime_names
+from manifests.runtimes import EFA_ENV, INITIALIZED_KEY_ANNOTATION, INITIALIZED_KEY_ENV, initialized_subpath, runtime_names, variant_key
 from manifests.tenants import CHECKPOINT_CLAIM, QUEUE_LABEL
 from manifests.trainer_api import INITIALIZED_DATASET, INITIALIZED_MODEL
 
@@ -197,6 +197,25 @@ def initializer(job: JobBase, settings: Settings) -> dict[str, Any] | None:
     return trainer_api.initializer_spec(dataset_uri=job.dataset_uri(), model_uri=job.model_uri(), token_secret=settings.trainjobs.hf_token_secret, env=key)
 
 
+def initializer_pod_metadata(init: dict[str, Any] | None) -> dict[str, dict]:
+    """Initializer job -> its pods' metadata: the content key as the annotation the initializers'
+    init container reads (manifests/runtimes.py: the Trainer gives the key only to the initializer
+    container itself)."""
+    jobs = {"dataset": trainer_api.DATASET_INITIALIZER, "model": trainer_api.MODEL_INITIALIZER}
+    found = {}
+    for kind, source in (init or {}).items():
+        key = next((e["value"] for e in source.get("env", []) if e["name"] == INITIALIZED_KEY_ENV), None)
+        if key is not None:
+            found[jobs[kind]] = {"annotations": {INITIALIZED_KEY_ANNOTATION: key}}
+    return found
+
+
+def runtime_key(workload: Workload, job: JobBase, settings: Settings) -> str:
+    """The runtime (key of ``manifests.runtimes.runtimes``) a job runs on: its workload's, or that
+    runtime's grace variant when the job has a grace period of its own."""
+    return variant_key(workload.runtime, job.termination_grace_seconds, settings.trainer)
+
+
 def program_args(workload: Workload, job: JobBase) -> list[str]:
     if not isinstance(job, workload.settings):
         raise TypeError(f"workload {workload.key} needs {workload.settings.__name__}, not {type(job).__name__}")
@@ -282,10 +301,11 @@ def trainjob(
     if image is None:
         raise ValueError(f"TrainJob {workload.name}: no image (trainjobs.{workload.key}.image is unset and no built image was passed)")
     if runtime_name is None:
-        names = runtime_names(settings.trainer)
-        if workload.runtime not in names:  # config refuses this (trainjobs.<job>.enabled)
+        names = runtime_names(settings.trainer, job_grace_periods(settings))
+        key = runtime_key(workload, job, settings)
+        if key not in names:  # config refuses this (trainjobs.<job>.enabled)
             raise ValueError(f"TrainJob {workload.name}: runtime {workload.runtime} is not in trainer.runtimes")
-        runtime_name = names[workload.runtime]
+        runtime_name = names[key]
     ns = settings.trainjobs.namespace
     node_selector = {"node.kubernetes.io/instance-type": job.instance_type}
     zone = job.availability_zone
@@ -314,20 +334,15 @@ def trainjob(
             }
         ],
     }
-    grace_env = []
-    if job.termination_grace_seconds is not None:  # the job's own (v2.3.0: config refuses it on v2.1.0)
-        if settings.trainer.version in GRACE_INCOMPATIBLE_TRAINERS:
-            raise ValueError(f"TrainJob {workload.name}: Trainer {settings.trainer.version} cannot set a job's terminationGracePeriodSeconds")
-        pod_spec["terminationGracePeriodSeconds"] = job.termination_grace_seconds
-        grace_env = [{"name": GRACE_ENV, "value": str(job.termination_grace_seconds)}]
-    field, value = trainer_api.pod_customization(settings.trainer.version, metadata=None, pod_spec=pod_spec)
+    # a job's own grace period is its runtime's (runtime_key), never a pod patch: Kueue drops that
     init = initializer(job, settings) if entry is None else None  # trainctl's own commands bring no initializer
+    field, value = trainer_api.pod_customization(settings.trainer.version, metadata=None, pod_spec=pod_spec, job_metadata=initializer_pod_metadata(init))
     lifecycle: dict[str, Any] = {}
     if job.active_deadline_seconds is not None:  # a TrainJob field from Trainer v2.2 (config refuses it on v2.1.0)
         if settings.trainer.version in DEADLINE_INCOMPATIBLE_TRAINERS:
             raise ValueError(f"TrainJob {workload.name}: Trainer {settings.trainer.version} has no activeDeadlineSeconds")
         lifecycle["activeDeadlineSeconds"] = job.active_deadline_seconds
-    return {
+    manifest = {
         "apiVersion": trainer_api.API_VERSION,
         "kind": "TrainJob",
         "metadata": {"name": workload.name, "namespace": ns, "labels": {JOB_LABEL: workload.kind, **({QUEUE_LABEL: queue, PRIORITY_LABEL: priority or getattr(job, "priority", "normal")} if queue else {})}},
@@ -339,10 +354,14 @@ def trainjob(
                 "numNodes": job.num_nodes,
                 "resourcesPerNode": resources_per_node(job, settings),
                 # with initializers the program reads data and models from disk: never the hub
-                "env": [*job_env(job, settings), *([{"name": "HF_HUB_OFFLINE", "value": "1"}] if init else []), {"name": JOB_NAME_ENV, "value": workload.name}, *_stall_env(job), *_preflight_env(job, efa_devices(job, settings)), *grace_env],
+                "env": [*job_env(job, settings), *([{"name": "HF_HUB_OFFLINE", "value": "1"}] if init else []), {"name": JOB_NAME_ENV, "value": workload.name}, *_stall_env(job), *_preflight_env(job, efa_devices(job, settings))],
             },
             **({"initializer": init} if init else {}),
             field: value,
             **lifecycle,
         },
     }
+    dropped = trainer_api.dropped_by_kueue(manifest) if queue else []
+    if dropped:  # a builder change that Kueue's admission would undo (manifests/trainer_api.py KUEUE_DROPPED_FIELDS)
+        raise ValueError(f"TrainJob {workload.name}: Kueue's Trainer {trainer_api.KUEUE_TRAINER_TYPES} types drop {', '.join(dropped)} at admission; put it in the runtime")
+    return manifest

@@ -17,7 +17,7 @@ from config.settings import load_settings
 from manifests import runtimes as rt
 from manifests import trainer_api
 from manifests import trainjobs as tj
-from tests.conftest import dev_config, objects, run_config
+from tests.conftest import dev_config, objects, run_config, stack_file
 from tools import fixture_hub
 from tools import validate as v
 from tools.emulate import emulate, job_from_objects, load_job
@@ -87,13 +87,34 @@ def test_fsdp_trainjob_initializes_dataset_and_model_before_the_node_job(need_sc
         assert c["name"] == job["name"] and c["image"] == f"ghcr.io/kubeflow/trainer/{job['name']}:{version}"
         assert "command" not in c and "args" not in c  # the upstream image's own entrypoint
         assert not any(e["name"] == trainer_api.STORAGE_URI_ENV for e in c["env"])  # the Trainer sets it per TrainJob
-        (mount,) = c["volumeMounts"]
-        assert mount == {"name": "initializer", "mountPath": "/workspace", "subPathExpr": "initialized/$(TRAINJOB_NAME)/$(INITIALIZED_KEY)"}
-        assert c["env"] == [{"name": "TRAINJOB_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['jobset.sigs.k8s.io/jobset-name']"}}}]
-        assert pod["volumes"] == [{"name": "initializer", "persistentVolumeClaim": {"claimName": "checkpoints"}}]
+        workspace, scratch = c["volumeMounts"]
+        assert workspace == {"name": "initializer", "mountPath": "/workspace", "subPathExpr": "initialized/$(TRAINJOB_NAME)/$(INITIALIZED_KEY)"}
+        assert scratch == {"name": rt.SCRATCH_VOLUME, "mountPath": "/tmp"}
+        assert c["env"] == [
+            {"name": "TRAINJOB_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['jobset.sigs.k8s.io/jobset-name']"}}},
+            {"name": "INITIALIZED_KEY", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{rt.INITIALIZED_KEY_ANNOTATION}']"}}},
+            {"name": "HOME", "value": "/tmp"}, {"name": "HF_HOME", "value": "/tmp/huggingface"},  # writable for the non-root user
+        ]
+        assert pod["volumes"] == [{"name": "initializer", "persistentVolumeClaim": {"claimName": "checkpoints"}}, {"name": rt.SCRATCH_VOLUME, "emptyDir": {}}]
         assert pod["nodeSelector"] == {"training-platform/node-role": "system"} and "tolerations" not in pod  # no GPU node for a download
         assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]} and pod["automountServiceAccountToken"] is False
+        assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 1000
+        # the init container makes the sub-path directory as that user, through the claim's root
+        (setup,) = pod["initContainers"]
+        assert setup["image"] == c["image"] and setup["volumeMounts"] == [{"name": "initializer", "mountPath": rt.CLAIM_ROOT_MOUNT}]
+        assert setup["env"] == c["env"][:2] and setup["command"][:2] == ["python", "-c"]
         assert kind in job["name"]
+    # the key reaches the initializer pods as the annotation their init container reads
+    key = init["dataset"]["env"][0]["value"]
+    patched = tj.initializer_pod_metadata(init)
+    assert patched == {name: {"annotations": {rt.INITIALIZED_KEY_ANNOTATION: key}} for name in ("dataset-initializer", "model-initializer")}
+    if version == "v2.1.0":
+        assert [{"targetJobs": o["targetJobs"], "metadata": o["metadata"]} for o in fsdp["spec"]["podTemplateOverrides"][1:]] == [
+            {"targetJobs": [{"name": n}], "metadata": md} for n, md in sorted(patched.items())]
+    else:
+        (patch,) = fsdp["spec"]["runtimePatches"]
+        assert [j for j in patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"] if j["name"] != "node"] == [
+            {"name": n, "template": {"spec": {"template": {"metadata": md}}}} for n, md in sorted(patched.items())]
 
     # the node reads what the initializers wrote: the same claim directory through its own mount
     args = fsdp["spec"]["trainer"]["args"]
@@ -231,10 +252,165 @@ def test_downloads_land_in_a_directory_per_dataset_and_model(version):
             kind = "dataset" if rj["name"] == trainer_api.DATASET_INITIALIZER else "model"
             (container,) = rj["template"]["spec"]["template"]["spec"]["containers"]
             env = {rt.TRAINJOB_NAME_ENV: tjob["metadata"]["name"], **{e["name"]: e["value"] for e in tjob["spec"]["initializer"][kind]["env"]}}
-            (mount,) = container["volumeMounts"]
+            (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == trainer_api.INITIALIZER_WORKSPACE]
             sub = re.sub(r"\$\((\w+)\)", lambda m, env=env: env[m.group(1)], mount["subPathExpr"])
             args = tjob["spec"]["trainer"]["args"]
             told = args[args.index(f"--{kind}-dir") + 1]
             assert told == f"{tj.CHECKPOINT_MOUNT}/{sub}/{kind}"
         dirs[dataset] = sub
     assert len(set(dirs.values())) == 2
+
+
+# --- every pod a team's job can create passes Pod Security "restricted" ---------------------------
+# The rules as k8s.io/pod-security-admission v0.34.4 states them (policy/check_*.go, the text the
+# Pod Security Standards page documents; Kubernetes 1.34, the clusters' version): baseline, then
+# what restricted adds. Each line names the check it comes from.
+_BASELINE_CAPS = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}  # check_capabilities_baseline.go
+_SAFE_SYSCTLS = {"kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range", "net.ipv4.ip_unprivileged_port_start",
+                 "net.ipv4.ip_local_reserved_ports", "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl", "net.ipv4.tcp_keepalive_probes",
+                 "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"}  # check_sysctls.go (1.32+)
+_RESTRICTED_VOLUMES = {"configMap", "downwardAPI", "emptyDir", "projected", "secret", "csi", "persistentVolumeClaim", "ephemeral", "image"}  # check_restrictedVolumes.go
+_SELINUX_TYPES = {"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"}  # check_seLinuxOptions.go
+
+
+def restricted_violations(pod: dict) -> list[str]:
+    """What Pod Security ``restricted`` refuses in a pod spec, one line per rule broken."""
+    found = []
+    psc = pod.get("securityContext") or {}
+    containers = [*pod.get("initContainers", []), *pod.get("containers", []), *pod.get("ephemeralContainers", [])]
+    scs = [(c["name"], c.get("securityContext") or {}) for c in containers]
+    for field in ("hostNetwork", "hostPID", "hostIPC"):  # check_hostNamespaces.go
+        if pod.get(field):
+            found.append(f"{field}: must be false")
+    if psc.get("windowsOptions", {}).get("hostProcess") or any(sc.get("windowsOptions", {}).get("hostProcess") for _, sc in scs):  # check_windowsHostProcess.go
+        found.append("windowsOptions.hostProcess: must be false")
+    for name, sc in scs:
+        if sc.get("privileged"):  # check_privileged.go
+            found.append(f"{name}: privileged")
+        added = set(sc.get("capabilities", {}).get("add", []))
+        if added - _BASELINE_CAPS:  # check_capabilities_baseline.go
+            found.append(f"{name}: capabilities.add {sorted(added - _BASELINE_CAPS)}")
+        if added - {"NET_BIND_SERVICE"}:  # check_capabilities_restricted.go
+            found.append(f"{name}: capabilities.add may hold only NET_BIND_SERVICE")
+        if "ALL" not in sc.get("capabilities", {}).get("drop", []):  # check_capabilities_restricted.go
+            found.append(f"{name}: capabilities.drop must include ALL")
+        if sc.get("allowPrivilegeEscalation") is not False:  # check_allowPrivilegeEscalation.go: must be false
+            found.append(f"{name}: allowPrivilegeEscalation must be false")
+        if sc.get("procMount", "Default") != "Default":  # check_procMount.go
+            found.append(f"{name}: procMount")
+        if sc.get("appArmorProfile", {}).get("type", "RuntimeDefault") not in ("RuntimeDefault", "Localhost"):  # check_appArmorProfile.go
+            found.append(f"{name}: appArmorProfile")
+        if sc.get("runAsNonRoot") is False:  # check_runAsNonRoot.go
+            found.append(f"{name}: runAsNonRoot false")
+        if sc.get("runAsUser") == 0:  # check_runAsUser.go
+            found.append(f"{name}: runAsUser 0")
+        if sc.get("seccompProfile", {}).get("type") == "Unconfined":  # check_seccompProfile_baseline.go
+            found.append(f"{name}: seccompProfile Unconfined")
+        for port in c_ports(containers, name):  # check_hostPorts.go
+            if port.get("hostPort"):
+                found.append(f"{name}: hostPort")
+        for level, opts in (("container", sc.get("seLinuxOptions") or {}),):  # check_seLinuxOptions.go
+            if opts.get("type", "") not in _SELINUX_TYPES or opts.get("user") or opts.get("role"):
+                found.append(f"{name}: {level} seLinuxOptions")
+        for probe in ("livenessProbe", "readinessProbe", "startupProbe"):  # check_hostProbesAndhostLifecycle.go
+            if (next(c for c in containers if c["name"] == name).get(probe) or {}).get("httpGet", {}).get("host"):
+                found.append(f"{name}: {probe}.httpGet.host")
+    if not psc.get("runAsNonRoot") and not all(sc.get("runAsNonRoot") for _, sc in scs):  # check_runAsNonRoot.go
+        found.append("runAsNonRoot: must be true for the pod or every container")
+    if psc.get("runAsUser") == 0:  # check_runAsUser.go
+        found.append("securityContext.runAsUser 0")
+    pod_seccomp = psc.get("seccompProfile", {}).get("type")
+    if pod_seccomp == "Unconfined" or (pod_seccomp not in ("RuntimeDefault", "Localhost") and not all(sc.get("seccompProfile", {}).get("type") in ("RuntimeDefault", "Localhost") for _, sc in scs)):
+        found.append("seccompProfile: RuntimeDefault or Localhost for the pod or every container")  # check_seccompProfile_restricted.go
+    if (psc.get("seLinuxOptions") or {}).get("type", "") not in _SELINUX_TYPES:
+        found.append("securityContext.seLinuxOptions")
+    for s in psc.get("sysctls", []):  # check_sysctls.go
+        if s["name"] not in _SAFE_SYSCTLS:
+            found.append(f"sysctl {s['name']}")
+    for vol in pod.get("volumes", []):  # check_hostPathVolumes.go, check_restrictedVolumes.go
+        kinds = set(vol) - {"name"}
+        if kinds - _RESTRICTED_VOLUMES:
+            found.append(f"volume {vol['name']}: {sorted(kinds - _RESTRICTED_VOLUMES)}")
+    return found
+
+
+def c_ports(containers: list[dict], name: str) -> list[dict]:
+    return next(c for c in containers if c["name"] == name).get("ports", [])
+
+
+def _teams_objects(version: str) -> list[dict]:
+    """The teams stack's objects on a Trainer release, with a grace class and a job grace period
+    (so the variants are among the runtimes a team can name)."""
+    config = stack_file("teams")["config"]
+    config["training-platform:trainer"] = {**config["training-platform:trainer"], "version": version, "graceClasses": [600]}
+    if version == "v2.1.0":  # Kueue needs Trainer v2.2+ (config refuses it on v2.1.0)
+        config.pop("training-platform:kueue", None)
+        config["training-platform:tenants"] = {k: {**v, "queueing": False} if isinstance(v, dict) else v for k, v in config["training-platform:tenants"].items()} if False else config["training-platform:tenants"]
+    config["training-platform:trainjobs"]["ddp"]["terminationGraceSeconds"] = 900
+    return list(objects(run_config(config, stack="teams")).values())
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_pod_of_every_runtime_a_team_can_name_passes_restricted(version):
+    from tools.effective_pods import effective_job
+    from trainctl import code
+    from trainctl import objects as trainctl_objects
+
+    objs = _teams_objects(version)
+    runtimes = [o for o in objs if o["kind"] == "ClusterTrainingRuntime"]
+    families = {o["metadata"]["labels"][rt.FAMILY_LABEL] for o in runtimes}
+    assert families == set(rt.BUILDERS) and len(runtimes) >= 2 * len(families)  # each with its grace variants
+    for runtime in runtimes:
+        for rj in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
+            assert restricted_violations(rj["template"]["spec"]["template"]["spec"]) == [], (runtime["metadata"]["name"], rj["name"])
+    # a team's own job (trainctl, every runtime it names) as its pods will be: runtime and TrainJob merged
+    programs = tj.PROGRAMS_DIR
+    for name, base in trainctl_objects.RUNTIMES.items():
+        runtime = next(o for o in runtimes if o["metadata"]["labels"][rt.RUNTIME_LABEL] == base)
+        req = trainctl_objects.Request(namespace="vision", nodes=2, command=["python", "launch.py"], runtime=name, runtime_name=runtime["metadata"]["name"], trainer_version=version)
+        _, job = trainctl_objects.build(req, code.collect(programs))
+        assert restricted_violations(effective_job(job, runtime)["spec"]["template"]["spec"]) == [], name
+
+
+def test_the_restricted_check_refuses_what_the_profile_refuses():
+    """It can fail: the initializer pod as it was (no runAsNonRoot: issue 32), and each rule once."""
+    pod = json.loads(json.dumps(rt.initializer_job(kind="dataset", image="i:1")["template"]["spec"]["template"]["spec"]))
+    assert restricted_violations(pod) == []
+    before = json.loads(json.dumps(pod))
+    before["securityContext"] = {"seccompProfile": {"type": "RuntimeDefault"}}
+    assert restricted_violations(before) == ["runAsNonRoot: must be true for the pod or every container"]
+    broken = json.loads(json.dumps(pod))
+    broken["hostNetwork"] = True
+    broken["volumes"].append({"name": "host", "hostPath": {"path": "/"}})
+    broken["containers"][0]["securityContext"] = {"capabilities": {"add": ["SYS_ADMIN"]}}
+    broken["securityContext"]["runAsUser"] = 0
+    assert restricted_violations(broken) == [
+        "hostNetwork: must be false", "dataset-initializer: capabilities.add ['SYS_ADMIN']", "dataset-initializer: capabilities.add may hold only NET_BIND_SERVICE",
+        "dataset-initializer: capabilities.drop must include ALL", "dataset-initializer: allowPrivilegeEscalation must be false", "securityContext.runAsUser 0", "volume host: ['hostPath']",
+    ]
+
+
+def test_workspace_setup_makes_the_directory_or_says_in_one_line_why_not(tmp_path):
+    """The init container's program, run here as it runs in the pod (the claim's root at
+    CLAIM_ROOT_MOUNT): the directory for the TrainJob and key, made again without complaint; a
+    tree the user may not write gives one line and a non-zero exit."""
+    import subprocess
+    import sys
+
+    root = tmp_path / "claim"
+    root.mkdir()
+    script = rt.WORKSPACE_SETUP_SCRIPT.replace(repr(rt.CLAIM_ROOT_MOUNT), repr(str(root)))
+    env = {"PATH": "/usr/bin:/bin", rt.TRAINJOB_NAME_ENV: "fsdp-t5", rt.INITIALIZED_KEY_ENV: "abc123"}
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+    assert (root / "initialized" / "fsdp-t5" / "abc123").is_dir()
+    done = subprocess.run([sys.executable, "-c", script], env={**env, rt.INITIALIZED_KEY_ENV: ""}, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and (root / "initialized" / "fsdp-t5").is_dir()  # no key (a team's own job): the job's directory
+    (root / "initialized").chmod(0o555)
+    try:
+        done = subprocess.run([sys.executable, "-c", script], env={**env, rt.TRAINJOB_NAME_ENV: "other"}, capture_output=True, text=True, timeout=30)
+    finally:
+        (root / "initialized").chmod(0o755)
+    if os.geteuid() != 0:  # root writes anyway
+        assert done.returncode == 1 and done.stderr.count("\n") == 1 and "workspace-setup: cannot create" in done.stderr and "Permission denied" in done.stderr

@@ -209,7 +209,6 @@ def test_size_limit_counts_values_as_the_api_server(tmp_path):
     (["--instance-type", "m5.large"], "not in the GPU instance catalog"),
     (["--gpus-per-node", "2"], "g5.xlarge has 1 GPUs"),
     (["--grace-seconds", "5"], "--grace-seconds 5: allowed: an integer from 30 to 3600"),
-    (["--grace-seconds", "300", "--trainer-version", "v2.1.0"], "--grace-seconds: Trainer v2.1.0 cannot set a job's own grace period"),
 ])
 def test_bad_input_refused_before_any_request(api, proj, capsys, args, expect):
     argv = ["submit", "--namespace", NS, "--nodes", "2", *args, str(proj), "--", "python", "train.py"]
@@ -559,9 +558,34 @@ def test_trainctl_and_the_stack_judge_a_job_shape_alike(capsys):
 
 
 def test_a_job_may_ask_for_its_own_grace_period(proj, capsys):
-    rc, out, err = run(capsys, *MUST_SHOW, "--grace-seconds", "600", str(proj), "--", "python", "train.py")
+    """On the runtime's variant with that grace period (a TrainJob cannot carry one past Kueue), on
+    either Trainer release; the dry run names the variant the platform gives it by default."""
+    for version in ("v2.3.0", "v2.1.0"):
+        rc, out, err = run(capsys, *MUST_SHOW, "--grace-seconds", "600", "--trainer-version", version, str(proj), "--", "python", "train.py")
+        assert rc == 0, err
+        _, job = list(yaml.safe_load_all(out))
+        assert job["spec"]["runtimeRef"]["name"].startswith("torch-distributed-gpu-grace600-")
+        assert "terminationGracePeriodSeconds" not in json.dumps(job) and "TRAINING_TERMINATION_GRACE_S" not in json.dumps(job)
+        assert schema_validation.validate(job, version) == []
+
+
+def test_grace_seconds_pick_a_published_variant_or_are_refused_naming_them(api, proj, capsys):
+    from config.infra_models import TrainerSettings
+    from manifests import runtimes as rt
+
+    published = [rt.torch_runtime(TrainerSettings(), grace) for grace in (None, 600)]
+    api.on("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", fixture("ssar-allowed.json"), 201)
+    api.on("GET", "/openapi/v3/apis/trainer.kubeflow.org/v1alpha1", fixture("openapi-trainer-v1alpha1.json"))
+    api.on("GET", f"{TRAINER}/clustertrainingruntimes", {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntimeList", "items": published})
+    api.on("POST", f"/api/v1/namespaces/{NS}/configmaps", {}, 201)
+    api.on("POST", f"{TRAINER}/namespaces/{NS}/trainjobs", {}, 201)
+    argv = ["submit", "--namespace", NS, "--nodes", "2", "--name", "long-save", "--grace-seconds", "600", str(proj), "--", "python", "train.py"]
+    rc, out, err = run(capsys, *argv)
     assert rc == 0, err
-    _, job = list(yaml.safe_load_all(out))
-    assert trainer_api.read_pod_customization(job["spec"])["terminationGracePeriodSeconds"] == 600
-    assert {"name": "TRAINING_TERMINATION_GRACE_S", "value": "600"} in job["spec"]["trainer"]["env"]
-    assert schema_validation.validate(job) == []  # the v2.3.0 CRD takes it in runtimePatches
+    assert ("GET", f"{TRAINER}/clustertrainingruntimes", {"labelSelector": "training-platform/runtime-family=torch-distributed-gpu"}) in [(m, p, q) for m, p, q, _ in api.requests]
+    assert api.requests[-1][3]["spec"]["runtimeRef"]["name"] == published[1]["metadata"]["name"]
+    api.requests.clear()
+    rc, out, err = run(capsys, *[a if a != "600" else "450" for a in argv])
+    assert rc == 2 and out == "" and err.count("\n") == 1
+    assert "--grace-seconds 450: this cluster's torch-distributed-gpu runtimes offer 120 (the default), 600; allowed: one of them" in err
+    assert not any(m == "POST" and "trainjobs" in p for m, p, _, _ in api.requests)

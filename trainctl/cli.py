@@ -70,13 +70,13 @@ def parser() -> Parser:
     s.add_argument("--nodes", type=int, required=True, help="nodes (pods)")
     s.add_argument("--gpus-per-node", type=int, help="GPUs (processes) per node (default: all GPUs of the instance type)")
     s.add_argument("--instance-type", help=f"GPU instance type of each node (default: the smallest the cluster's GPU pool launches, from its published facts; else {objects.DEFAULT_INSTANCE_TYPE})")
-    s.add_argument("--image", help="training image (default: the runtime's pinned image)")
+    s.add_argument("--image", help="training image (default: the image of the cluster's runtime)")
     s.add_argument("--name", help="TrainJob name (default: <code dir>-<hash of code and command>)")
     s.add_argument("--runtime", default="torch", help="torch (default) or tensorflow")
     s.add_argument("--runtime-name", help="the runtime's object name (default: found by label in the cluster; with --dry-run, computed from the platform's defaults)")
     s.add_argument("--trainer-version", help=f"Trainer release whose TrainJob shape to write (default: what the cluster serves; with --dry-run {versions.DEFAULT_TRAINER_VERSION})")
     s.add_argument("--priority", help="Kueue priority: low, normal or high (default: your team's, from the cluster's published facts; else normal); low jobs are preempted first")
-    s.add_argument("--grace-seconds", type=int, help="seconds your code has from SIGTERM (preemption, a drain, a spot interruption) to SIGKILL to save (default: the runtime's, trainer.terminationGraceSeconds; Trainer v2.3.0)")
+    s.add_argument("--grace-seconds", type=int, help="seconds your code has from SIGTERM (preemption, a drain, a spot interruption) to SIGKILL to save: one the platform offers, each a runtime of its own (default: the runtime's, trainer.terminationGraceSeconds)")
     s.add_argument("--efa-zone", help="run in the cluster's EFA pool in this zone (the instance type must be one of the pool's): EFA devices and their environment")
     s.add_argument("--local", action="store_true", help=f"run it on this machine through the emulator, in the background (state in ${local.HOME_ENV}, default {local.home()})")
     s.add_argument("code_dir", metavar="CODE_DIR")
@@ -238,7 +238,10 @@ def cmd_submit(args: argparse.Namespace, command: list[str]) -> int:
         if not allowed:
             raise ClusterError(f"you may not create {resource} in namespace {args.namespace}" + (f" ({reason})" if reason else "") + ": ask the platform team for access to it")
     version = args.trainer_version or cluster.served_trainer_version()
-    runtime_name = args.runtime_name or cluster.current_runtime(objects.RUNTIMES[req.runtime])
+    if args.runtime_name or req.grace_seconds is None:
+        runtime_name = args.runtime_name or cluster.current_runtime(objects.RUNTIMES[req.runtime])
+    else:  # the runtime's variant with that grace period, if the platform offers one
+        runtime_name = objects.runtime_for(req, cluster.runtimes_of(objects.RUNTIMES[req.runtime]))
     req = objects.Request(**{**req.__dict__, "trainer_version": version, "runtime_name": runtime_name})
     req = objects.with_facts(req, cluster.platform_facts(), instance_type_given=args.instance_type is not None)
     objects.check(req)

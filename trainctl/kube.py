@@ -29,7 +29,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 from urllib3.exceptions import HTTPError, MaxRetryError
 
-from manifests.runtimes import JOBSET_NAME_LABEL, RUNTIME_LABEL  # the JobSet label is on every pod of a TrainJob's JobSet (named as the TrainJob)
+from manifests.runtimes import FAMILY_LABEL, JOBSET_NAME_LABEL, RUNTIME_LABEL  # the JobSet label is on every pod of a TrainJob's JobSet (named as the TrainJob)
 
 GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
 TRAINJOBS, RUNTIMES = "trainjobs", "clustertrainingruntimes"
@@ -174,6 +174,12 @@ class KubeApi:
             raise ClusterError(f"the cluster has no runtime {base} (label {RUNTIME_LABEL}={base}); `trainctl runtimes` lists what it offers")
         live.sort(key=lambda r: r["metadata"].get("creationTimestamp", ""))
         return live[-1]["metadata"]["name"]
+
+    def runtimes_of(self, family: str) -> list[dict]:
+        """The platform's runtimes of one kind (label ``training-platform/runtime-family``): the base
+        runtime and its grace variants."""
+        found = self._call("listing runtimes", self.custom.list_cluster_custom_object, GROUP, VERSION, RUNTIMES, label_selector=f"{FAMILY_LABEL}={family}")
+        return list(found.get("items", []))
 
     def platform_facts(self) -> dict | None:
         """The platform's published facts (ConfigMap ``platform-facts`` in the namespace), or None

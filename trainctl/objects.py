@@ -23,19 +23,20 @@ from typing import Any
 import versions
 from config import catalog
 from config.schema import problems_of, repaired_section, validate_section
-from config.settings import AZ_RE, DNS_LABEL_RE, GRACE_INCOMPATIBLE_TRAINERS, KUEUE_INCOMPATIBLE_TRAINERS, TF_RUNTIME, TORCH_RUNTIME, EfaSettings, JobBase, Settings, TrainerSettings, TrainJobsSettings
+from config.settings import AZ_RE, DNS_LABEL_RE, KUEUE_INCOMPATIBLE_TRAINERS, TF_RUNTIME, TORCH_RUNTIME, EfaSettings, JobBase, Settings, TrainerSettings, TrainJobsSettings
 from manifests import trainer_api
 from manifests import trainjobs as tj
 from manifests.kueue import PRIORITIES
-from manifests.runtimes import BUILDERS
+from manifests.runtimes import BUILDERS, FAMILY_LABEL, GRACE_LABEL, RUNTIME_LABEL
 from manifests.tenants import LOCAL_QUEUE
 from trainctl import secrets
 from trainctl.code import CodeBundle, object_problems
 
 RUNTIMES = {"torch": TORCH_RUNTIME, "tensorflow": TF_RUNTIME}
 """``--runtime`` -> the platform's ClusterTrainingRuntime (base name, manifests/runtimes.py)."""
-DEFAULT_IMAGES = {"torch": versions.TORCH_RUNTIME_IMAGE, "tensorflow": versions.TENSORFLOW_RUNTIME_IMAGE}
-"""The image a job runs when ``--image`` is not given: its runtime's pinned image."""
+# Without --image the TrainJob names no image and the Trainer runs its runtime's: whatever image the cluster's
+# runtime names, so one its nodes can pull (this platform's runtimes name its ECR copies of the pinned upstream
+# images, never Docker Hub, whose anonymous pull limit every node behind one NAT address shares).
 TRAINCTL_KIND = "trainctl"
 """The ``training-platform/job`` label of jobs submitted with trainctl."""
 DEFAULT_INSTANCE_TYPE = "g5.xlarge"
@@ -65,7 +66,7 @@ class Request:
     efa_zone: str | None = None
     efa_types: tuple[str, ...] = ()  # every EFA type of the cluster (its pools' layouts), from its published facts
     priority: str | None = None  # Kueue WorkloadPriorityClass; None: the team's default (published facts), else normal
-    grace_seconds: int | None = None  # SIGTERM to SIGKILL (the pod's terminationGracePeriodSeconds); None: the runtime's
+    grace_seconds: int | None = None  # SIGTERM to SIGKILL (the pod's terminationGracePeriodSeconds): a runtime variant's; None: the base runtime's
 
 
 # the job-shape keys of the stack's TrainJob model (config/job_models.py JobBase) as trainctl's flags
@@ -115,8 +116,6 @@ def problems(req: Request) -> list[str]:
         problems.append(f"--name {req.name!r}: {why}")
     if req.trainer_version not in versions.TRAINER_VERSIONS:
         problems.append(f"--trainer-version {req.trainer_version!r}; allowed: {', '.join(versions.TRAINER_VERSIONS)}")
-    if req.grace_seconds is not None and req.trainer_version in GRACE_INCOMPATIBLE_TRAINERS:
-        problems.append(f"--grace-seconds: Trainer {req.trainer_version} cannot set a job's own grace period (its podTemplateOverrides have no terminationGracePeriodSeconds); leave it out to use the runtime's")
     if req.priority is not None and req.priority not in PRIORITIES:
         problems.append(f"--priority {req.priority!r}: allowed: {', '.join(PRIORITIES)}")
     elif req.priority is not None and req.trainer_version in KUEUE_INCOMPATIBLE_TRAINERS:
@@ -131,6 +130,23 @@ def problems(req: Request) -> list[str]:
         problems.append("no command: give it after --, e.g. trainctl submit ... ./proj -- python train.py")
     problems += secrets.command_problems(req.command)
     return problems
+
+
+def runtime_for(req: Request, found: list[dict]) -> str:
+    """The runtime a request with ``--grace-seconds`` runs on, from the cluster's runtimes of its
+    kind (``found``; their labels: manifests/runtimes.py): the live variant whose pods get that grace
+    period (a TrainJob cannot carry one past Kueue), the newest if several; refused in one line
+    naming the grace periods the platform offers for the runtime."""
+    family = RUNTIMES[req.runtime]
+    live = [r for r in found if (r["metadata"].get("labels") or {}).get(FAMILY_LABEL) == family and not r["metadata"].get("deletionTimestamp")]
+    wanted = [r for r in live if r["metadata"]["labels"].get(GRACE_LABEL) == str(req.grace_seconds)]
+    if not wanted:
+        offered = sorted({int(g) for r in live if (g := r["metadata"]["labels"].get(GRACE_LABEL, "")).isdigit()})
+        base = next((r["metadata"]["labels"][GRACE_LABEL] for r in live if r["metadata"]["labels"].get(RUNTIME_LABEL) == family), None)
+        listed = ", ".join(f"{g}{' (the default)' if str(g) == base else ''}" for g in offered) or "none"
+        raise SubmitError(f"--grace-seconds {req.grace_seconds}: this cluster's {family} runtimes offer {listed}; allowed: one of them (the platform adds others with trainer.graceClasses)")
+    wanted.sort(key=lambda r: r["metadata"].get("creationTimestamp", ""))
+    return wanted[-1]["metadata"]["name"]
 
 
 def _resolve(arg: str, bundle: CodeBundle) -> str:
@@ -237,14 +253,15 @@ def build(req: Request, bundle: CodeBundle) -> tuple[dict, dict]:
     workload = tj.Workload(
         key=TRAINCTL_KIND, kind=TRAINCTL_KIND, name=req.name or default_name(req, bundle), program="", runtime=RUNTIMES[req.runtime], settings=JobBase, tiny_profile=(),
     )
-    job = JobBase(enabled=True, num_nodes=req.nodes, instance_type=req.instance_type, gpus_per_node=req.gpus_per_node, image=req.image or DEFAULT_IMAGES[req.runtime], termination_grace_seconds=req.grace_seconds)
-    # the name the platform gives this runtime with the default settings (manifests/runtimes.py runtime_names, for the one runtime)
-    runtime_name = req.runtime_name or BUILDERS[workload.runtime](settings.trainer)["metadata"]["name"]
+    job = JobBase(enabled=True, num_nodes=req.nodes, instance_type=req.instance_type, gpus_per_node=req.gpus_per_node, image=req.image, termination_grace_seconds=req.grace_seconds)
+    # the name the platform gives this runtime (its grace variant with --grace-seconds) with the default settings (manifests/runtimes.py)
+    runtime_name = req.runtime_name or BUILDERS[workload.runtime](settings.trainer, req.grace_seconds)["metadata"]["name"]
     configmap = tj.code_configmap(req.namespace, bundle.files)
     # Kueue cannot run jobs on Trainer v2.1.0 (config/settings.py KUEUE_INCOMPATIBLE_TRAINERS): no queue label there
     queue = req.queue if req.trainer_version not in KUEUE_INCOMPATIBLE_TRAINERS else None
     trainjob = tj.trainjob(
         workload, job, settings, code_configmap=configmap["metadata"]["name"], runtime_name=runtime_name, queue=queue, entry=entry(req, bundle), priority=req.priority,
+        image=req.image if req.image is not None else tj.RUNTIME_IMAGE,
     )
     items = bundle.items
     if items:
