@@ -122,22 +122,25 @@ class CheckpointStorage(pulumi.ComponentResource):
     def _opts(self, **kw) -> pulumi.ResourceOptions:
         return pulumi.ResourceOptions(parent=self, **kw)
 
-    def _security_group(self, name: str, ports: list[tuple[int, int]], *, servers_connect_back: bool) -> aws.ec2.SecurityGroup:
+    def _security_group(self, name: str, ports: list[tuple[int, int]], *, servers_connect_back: bool) -> tuple[aws.ec2.SecurityGroup, list[pulumi.Resource]]:
         """The file system's group. Clients are the nodes in the EKS cluster security group (managed
         and Karpenter nodes alike); its default egress allows everything, so client-to-server
         traffic needs only the file system's ingress. ``servers_connect_back`` (Lustre) adds the
-        reverse path: the file system's egress to clients and the cluster group's ingress from it."""
+        reverse path: the file system's egress to clients and the cluster group's ingress from it.
+        Returns the group and its rules (separate resources, created in parallel with whatever
+        only references the group)."""
         sg = aws.ec2.SecurityGroup(f"{name}-sg", vpc_id=self._network.vpc_id, description=f"{self.type} checkpoints from cluster nodes", tags=self._tags, opts=self._opts())
         nodes = self._cluster.security_group_id
+        rules: list[pulumi.Resource] = []
         for lo, hi in ports:
             rule = _PortRule(ip_protocol="tcp", from_port=lo, to_port=hi)
-            aws.vpc.SecurityGroupIngressRule(f"{name}-from-nodes-{lo}", security_group_id=sg.id, referenced_security_group_id=nodes, description="from cluster nodes", **rule, opts=self._opts())
-            aws.vpc.SecurityGroupIngressRule(f"{name}-from-self-{lo}", security_group_id=sg.id, referenced_security_group_id=sg.id, description="between file servers", **rule, opts=self._opts())
-            aws.vpc.SecurityGroupEgressRule(f"{name}-to-self-{lo}", security_group_id=sg.id, referenced_security_group_id=sg.id, description="between file servers", **rule, opts=self._opts())
+            rules.append(aws.vpc.SecurityGroupIngressRule(f"{name}-from-nodes-{lo}", security_group_id=sg.id, referenced_security_group_id=nodes, description="from cluster nodes", **rule, opts=self._opts()))
+            rules.append(aws.vpc.SecurityGroupIngressRule(f"{name}-from-self-{lo}", security_group_id=sg.id, referenced_security_group_id=sg.id, description="between file servers", **rule, opts=self._opts()))
+            rules.append(aws.vpc.SecurityGroupEgressRule(f"{name}-to-self-{lo}", security_group_id=sg.id, referenced_security_group_id=sg.id, description="between file servers", **rule, opts=self._opts()))
             if servers_connect_back:
-                aws.vpc.SecurityGroupEgressRule(f"{name}-to-nodes-{lo}", security_group_id=sg.id, referenced_security_group_id=nodes, description="to cluster nodes", **rule, opts=self._opts())
-                aws.vpc.SecurityGroupIngressRule(f"{name}-nodes-from-fs-{lo}", security_group_id=nodes, referenced_security_group_id=sg.id, description=f"{self.type} servers to clients", **rule, opts=self._opts())
-        return sg
+                rules.append(aws.vpc.SecurityGroupEgressRule(f"{name}-to-nodes-{lo}", security_group_id=sg.id, referenced_security_group_id=nodes, description="to cluster nodes", **rule, opts=self._opts()))
+                rules.append(aws.vpc.SecurityGroupIngressRule(f"{name}-nodes-from-fs-{lo}", security_group_id=nodes, referenced_security_group_id=sg.id, description=f"{self.type} servers to clients", **rule, opts=self._opts()))
+        return sg, rules
 
     def _addon(self, name: str, addon: str, version: str) -> None:
         self.addon = aws.eks.Addon(
@@ -147,7 +150,7 @@ class CheckpointStorage(pulumi.ComponentResource):
 
     def _create_fsx(self, name: str) -> None:
         cfg = self._s.trainjobs.checkpoint_storage
-        sg = self._security_group(name, LUSTRE_PORTS, servers_connect_back=True)
+        sg, rules = self._security_group(name, LUSTRE_PORTS, servers_connect_back=True)
         fs = aws.fsx.LustreFileSystem(
             f"{name}-fsx",
             storage_capacity=cfg.capacity_gib,
@@ -165,7 +168,10 @@ class CheckpointStorage(pulumi.ComponentResource):
             skip_final_backup=False,
             final_backup_tags={**self._tags, "training-platform/final-backup": f"{self._cluster.name}-checkpoints"},
             tags={**self._tags, "Name": f"{self._cluster.name}-checkpoints"},
-            opts=self._opts(protect=cfg.protect),
+            # FSx checks the groups' LNET rules (988, 1018-1023) in CreateFileSystem and fails with
+            # InvalidNetworkSettings when they are not there yet: the rules are resources of their
+            # own, so it waits for them (aws/aws-parallelcluster#6181, the same race; #1198)
+            opts=self._opts(protect=cfg.protect, depends_on=rules),
         )
         self._addon(name, "aws-fsx-csi-driver", versions.FSX_CSI_ADDON_VERSION)
         self.volume_handle = fs.id
@@ -175,7 +181,9 @@ class CheckpointStorage(pulumi.ComponentResource):
         self.file_system = fs
 
     def _create_efs(self, name: str) -> None:
-        sg = self._security_group(name, NFS_PORTS, servers_connect_back=False)
+        # EFS validates a mount target's groups (SecurityGroupNotFound) but not their rules (EFS API
+        # Reference, CreateMountTarget: its errors): the mount targets need only the group itself
+        sg, _ = self._security_group(name, NFS_PORTS, servers_connect_back=False)
         cfg = self._s.trainjobs.checkpoint_storage
         fs = aws.efs.FileSystem(
             f"{name}-efs", encrypted=True, performance_mode="generalPurpose", throughput_mode="elastic",
