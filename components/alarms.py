@@ -11,6 +11,16 @@
 - **GPU nodes not ready**: Container Insights' ``cluster_failed_node_count`` above 0 for 10 min.
 
 In ``prometheus`` mode the same as PrometheusRule alerts (manifests/alerts.py).
+
+The topic is encrypted with a customer-managed key of its own (components/encryption.py): with
+the AWS-managed ``alias/aws/sns`` key CloudWatch cannot publish, and every alarm action fails
+("Failed to execute action" in the alarm history). Its policy and the topic's let
+``cloudwatch.amazonaws.com`` write only for this account's alarms of this stack: CloudWatch
+publishes as that service principal with ``aws:SourceArn`` = the alarm's ARN,
+``arn:<partition>:cloudwatch:<region>:<account>:alarm:<name>`` (AWS re:Post Knowledge Center,
+"Why didn't I receive an SNS notification for my CloudWatch alarm trigger?": the error names the
+alarm ARN and the fix grants that principal ``sns:Publish`` with ``aws:SourceArn``; Service
+Authorization Reference, Amazon CloudWatch: the alarm ARN format).
 """
 
 from __future__ import annotations
@@ -20,6 +30,8 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
+from components.encryption import Writer, customer_key, dumps, key_policy
+from components.gpu_aws import aws_partition
 from components.observability import METRICS_NAMESPACE, log_group_name
 from config.names import METRIC_ALARM, METRIC_FILTER, SNS_TOPIC
 from config.settings import Settings
@@ -82,15 +94,61 @@ def alarm_specs(settings: Settings, cluster_name: str) -> dict[str, dict[str, An
     }
 
 
+# What the topic's owner may do under SNS's default topic policy (SNS Developer Guide, "Example
+# cases for Amazon SNS access control"), kept when the topic gets a policy of its own.
+OWNER_TOPIC_ACTIONS = [
+    "sns:GetTopicAttributes", "sns:SetTopicAttributes", "sns:AddPermission", "sns:RemovePermission",
+    "sns:DeleteTopic", "sns:Subscribe", "sns:ListSubscriptionsByTopic", "sns:Publish",
+]
+
+
+def alarm_arn(*, partition: str, region: str, account: str, alarm_name: str) -> str:
+    return f"arn:{partition}:cloudwatch:{region}:{account}:alarm:{alarm_name}"
+
+
+def topic_policy(*, topic_arn: str, partition: str, account: str, alarm_arns: list[str]) -> dict:
+    """The alarm topic's access policy: the owner account as under the default policy, and
+    CloudWatch for this stack's alarms only (aws:SourceAccount, aws:SourceArn)."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Sid": "OwnerAccount", "Effect": "Allow", "Principal": {"AWS": f"arn:{partition}:iam::{account}:root"}, "Action": list(OWNER_TOPIC_ACTIONS), "Resource": topic_arn},
+            {
+                "Sid": "CloudWatchAlarmsPublish", "Effect": "Allow", "Principal": {"Service": "cloudwatch.amazonaws.com"}, "Action": "sns:Publish", "Resource": topic_arn,
+                "Condition": {"StringEquals": {"aws:SourceAccount": account}, "ArnLike": {"aws:SourceArn": sorted(alarm_arns)}},
+            },
+        ],
+    }
+
+
 class Alarms(pulumi.ComponentResource):
-    """The SNS topic (encrypted with the AWS-managed key), its subscriptions, the log metric
-    filters and the CloudWatch alarms. ``depends_on``: the log groups the filters read."""
+    """The SNS topic (encrypted with a key of its own that lets the alarms publish), its policy
+    and subscriptions, the log metric filters and the CloudWatch alarms. ``depends_on``: the log
+    groups the filters read."""
 
     def __init__(self, name: str, *, settings: Settings, cluster_name: str, log_groups: list[pulumi.Resource], tags: dict[str, str], opts: pulumi.ResourceOptions | None = None):
         super().__init__("training-platform:infra:Alarms", name, None, opts)
         o = pulumi.ResourceOptions(parent=self)
         a = settings.observability.alarms
-        self.topic = aws.sns.Topic(f"{name}-topic", name=SNS_TOPIC.name(cluster_name, "alarms"), kms_master_key_id="alias/aws/sns", tags=tags, opts=o)
+        specs = alarm_specs(settings, cluster_name)
+        names = {key: METRIC_ALARM.name(cluster_name, key) for key in specs}
+        partition, region = aws_partition(settings.region), settings.region
+        account = aws.get_caller_identity_output(opts=pulumi.InvokeOptions(parent=self)).account_id
+
+        def arns(acct: str) -> list[str]:
+            return [alarm_arn(partition=partition, region=region, account=acct, alarm_name=n) for n in names.values()]
+
+        self.key = customer_key(
+            f"{name}-key", description=f"SNS alarms topic of {cluster_name}: CloudWatch alarms publish with it",
+            policy=account.apply(lambda acct: dumps(key_policy(partition=partition, account=acct, writers=[Writer("cloudwatch.amazonaws.com", tuple(arns(acct)))]))),
+            tags=tags, opts=o,
+        )
+        self.topic = aws.sns.Topic(f"{name}-topic", name=SNS_TOPIC.name(cluster_name, "alarms"), kms_master_key_id=self.key.arn, tags=tags, opts=o)
+        topic_access = aws.sns.TopicPolicy(
+            f"{name}-topic", arn=self.topic.arn,
+            policy=pulumi.Output.all(self.topic.arn, account).apply(lambda a: dumps(topic_policy(topic_arn=a[0], partition=partition, account=a[1], alarm_arns=arns(a[1])))),
+            opts=o,
+        )
         for i, email in enumerate(a.emails):
             aws.sns.TopicSubscription(f"{name}-email-{i}", topic=self.topic.arn, protocol="email", endpoint=email, opts=o)
         for i, url in enumerate(a.https_endpoints):
@@ -104,11 +162,12 @@ class Alarms(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self, depends_on=log_groups),
             )
         self.alarms = {}
-        for key, spec in alarm_specs(settings, cluster_name).items():
+        for key, spec in specs.items():
             self.alarms[key] = aws.cloudwatch.MetricAlarm(
-                f"{name}-{key}", name=METRIC_ALARM.name(cluster_name, key), alarm_description=spec["description"], namespace=spec["namespace"], metric_name=spec["metric_name"],
+                f"{name}-{key}", name=names[key], alarm_description=spec["description"], namespace=spec["namespace"], metric_name=spec["metric_name"],
                 dimensions=spec["dimensions"] or None, statistic=spec["statistic"], period=spec["period"], evaluation_periods=spec["evaluation_periods"],
                 comparison_operator=spec["comparison_operator"], threshold=spec["threshold"], treat_missing_data=spec["treat_missing_data"],
-                alarm_actions=[self.topic.arn], ok_actions=[self.topic.arn], tags=tags, opts=o,
+                alarm_actions=[self.topic.arn], ok_actions=[self.topic.arn], tags=tags,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[topic_access]),  # their first OK action finds the access in place
             )
         self.register_outputs({"topic": self.topic.arn, "alarms": list(self.alarms)})

@@ -199,6 +199,22 @@ def karpenter_controller_policy(**kwargs: str) -> dict:
     return {"Version": "2012-10-17", "Statement": [s for d in karpenter_controller_policies(**kwargs).values() for s in d["Statement"]]}
 
 
+def interruption_queue_policy(*, queue_arn: str, rule_arns: list[str]) -> dict:
+    """The interruption queue's policy: the reference CloudFormation's (EventBridge and SQS may
+    send, nothing without TLS), with EventBridge's grant scoped to this stack's rules: without
+    ``aws:SourceArn`` any account's rule could target the queue and have Karpenter drain nodes
+    on forged interruption events (EventBridge User Guide, "Using resource-based policies for
+    Amazon EventBridge", Amazon SQS permissions: ``ArnEquals`` ``aws:SourceArn`` = the rule ARN)."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Sid": "EventBridge", "Effect": "Allow", "Principal": {"Service": "events.amazonaws.com"}, "Action": "sqs:SendMessage", "Resource": queue_arn, "Condition": {"ArnEquals": {"aws:SourceArn": sorted(rule_arns)}}},
+            {"Sid": "SQS", "Effect": "Allow", "Principal": {"Service": "sqs.amazonaws.com"}, "Action": "sqs:SendMessage", "Resource": queue_arn},
+            {"Sid": "DenyHTTP", "Effect": "Deny", "Principal": "*", "Action": "sqs:*", "Resource": queue_arn, "Condition": {"Bool": {"aws:SecureTransport": "false"}}},
+        ],
+    }
+
+
 def pod_identity_trust() -> str:
     return json.dumps(
         {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": "pods.eks.amazonaws.com"}, "Action": ["sts:AssumeRole", "sts:TagSession"]}]}
@@ -247,7 +263,9 @@ class GpuAws(pulumi.ComponentResource):
         )
         for key, arn in NODE_POLICIES.items():
             arn = arn.replace("arn:aws:", f"arn:{aws_partition(region)}:", 1)  # AWS-managed policies live in every partition
-            aws.iam.RolePolicyAttachment(f"{name}-karpenter-node-{key}", role=role.name, policy_arn=arn, opts=self._opts())
+            # Karpenter starts (and launches nodes as this role) once the role has its policies:
+            # a node whose role lacks them cannot register (EKS User Guide, "Amazon EKS node IAM role")
+            self.karpenter_ready.append(aws.iam.RolePolicyAttachment(f"{name}-karpenter-node-{key}", role=role.name, policy_arn=arn, opts=self._opts()))
         entry = aws.eks.AccessEntry(
             f"{name}-karpenter-node", cluster_name=self._cluster.eks_cluster.eks_cluster.name, principal_arn=role.arn, type="EC2_LINUX", opts=self._opts(depends_on=[self._cluster.eks_cluster])
         )
@@ -256,29 +274,21 @@ class GpuAws(pulumi.ComponentResource):
 
     def _create_interruption_queue(self, name: str) -> None:
         """Karpenter's interruption queue as in the reference CloudFormation: 300 s retention,
-        SQS-managed encryption, EventBridge (and SQS) may send, nothing without TLS; one
-        EventBridge rule per INTERRUPTION_EVENTS entry targets it."""
+        SQS-managed encryption (which EventBridge can deliver to: components/encryption.py), one
+        EventBridge rule per INTERRUPTION_EVENTS entry targeting it; the queue policy lets
+        EventBridge send for these rules only (see interruption_queue_policy), and each target
+        waits for it, so no event is routed to a queue that would refuse it."""
         self.queue_name = interruption_queue_name(self._cluster.name)
         queue = aws.sqs.Queue(f"{name}-interruptions", name=self.queue_name, message_retention_seconds=300, sqs_managed_sse_enabled=True, tags=self._tags, opts=self._opts())
-        aws.sqs.QueuePolicy(
+        rules = {key: aws.cloudwatch.EventRule(f"{name}-{key}", event_pattern=json.dumps(pattern), tags=self._tags, opts=self._opts()) for key, pattern in INTERRUPTION_EVENTS.items()}
+        access = aws.sqs.QueuePolicy(
             f"{name}-interruptions",
             queue_url=queue.url,
-            policy=queue.arn.apply(
-                lambda arn: json.dumps(
-                    {
-                        "Version": "2012-10-17",
-                        "Statement": [
-                            {"Sid": "EventBridge", "Effect": "Allow", "Principal": {"Service": ["events.amazonaws.com", "sqs.amazonaws.com"]}, "Action": "sqs:SendMessage", "Resource": arn},
-                            {"Sid": "DenyHTTP", "Effect": "Deny", "Principal": "*", "Action": "sqs:*", "Resource": arn, "Condition": {"Bool": {"aws:SecureTransport": "false"}}},
-                        ],
-                    }
-                )
-            ),
+            policy=pulumi.Output.all(queue.arn, *[r.arn for r in rules.values()]).apply(lambda a: json.dumps(interruption_queue_policy(queue_arn=a[0], rule_arns=list(a[1:])))),
             opts=self._opts(),
         )
-        for key, pattern in INTERRUPTION_EVENTS.items():
-            rule = aws.cloudwatch.EventRule(f"{name}-{key}", event_pattern=json.dumps(pattern), tags=self._tags, opts=self._opts())
-            target = aws.cloudwatch.EventTarget(f"{name}-{key}", rule=rule.name, arn=queue.arn, target_id="karpenter-interruption-queue", opts=self._opts())
+        for key, rule in rules.items():
+            target = aws.cloudwatch.EventTarget(f"{name}-{key}", rule=rule.name, arn=queue.arn, target_id="karpenter-interruption-queue", opts=self._opts(depends_on=[access]))
             self.karpenter_ready.append(target)
         self.queue = queue
 

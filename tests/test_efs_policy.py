@@ -9,9 +9,9 @@ AWS facts encoded here (EFS User Guide):
   elasticfilesystem:AccessPointArn, elasticfilesystem:AccessedViaMountTarget.
 * "Using access points in IAM policies": elasticfilesystem:AccessPointArn is the access point the
   file system is mounted with (absent without one).
-* IAM policy evaluation logic: an explicit Deny wins; otherwise an Allow is needed. The ``Null``
-  operator with "false" asks that the key be present.
-The evaluator below applies exactly these rules to the rendered policy.
+* IAM policy evaluation logic (tests/iam_eval.py): an explicit Deny wins; otherwise an Allow is
+  needed. The ``Null`` operator with "false" asks that the key be present.
+tests/iam_eval.py applies these rules to the rendered policy.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from tests import iam_eval
 from tests.conftest import dev_config, run_config, run_stack
 
 EFS = {"checkpointStorage": {"type": "efs"}}
@@ -39,35 +40,12 @@ def _context(m: Mount) -> dict[str, str]:
     return ctx
 
 
-def _matches(statement: dict, m: Mount, action: str) -> bool:
-    principals = statement["Principal"]["AWS"]
-    principals = [principals] if isinstance(principals, str) else principals
-    if "*" not in principals and m.principal not in principals:
-        return False
-    actions = statement["Action"]
-    actions = [actions] if isinstance(actions, str) else actions
-    if "*" not in actions and action not in actions:
-        return False
-    ctx = _context(m)
-    for op, tests in statement.get("Condition", {}).items():
-        for key, want in tests.items():
-            wanted = want if isinstance(want, list) else [want]
-            if op == "Null":
-                if (key not in ctx) != (wanted == ["true"]):
-                    return False
-            elif op in ("Bool", "StringEquals"):
-                if key not in ctx or ctx[key] not in wanted:
-                    return False
-            else:
-                raise AssertionError(f"the evaluator does not know the {op} operator")
-    return True
-
-
 def allowed(policy: dict, m: Mount, action: str) -> bool:
-    statements = policy["Statement"]
-    if any(s["Effect"] == "Deny" and _matches(s, m, action) for s in statements):
-        return False
-    return m.principal is not None and any(s["Effect"] == "Allow" and _matches(s, m, action) for s in statements)
+    """IAM's decision for a mount under the file system's policy (whose statements all name the
+    file system as their Resource)."""
+    resource = policy["Statement"][0]["Resource"]
+    who = {"AWS": m.principal} if m.principal else None
+    return iam_eval.allowed(policy, iam_eval.Request(who, action, resource, _context(m)))
 
 
 def _policy(run) -> dict:

@@ -206,6 +206,14 @@ class PlanMocks(pmocks.Mocks):
             state["arn"] = f"{arn}:iam::{ACCOUNT}:policy/{state['name']}"
         if typ == "aws:cloudwatch/logGroup:LogGroup":
             state["arn"] = f"{arn}:logs:{self.region}:{ACCOUNT}:log-group:{state['name']}"
+        # ARN formats (Service Authorization Reference: SNS topic, CloudWatch alarm, EventBridge rule
+        # on the default bus): policies name these resources by them
+        if typ == "aws:sns/topic:Topic":
+            state["arn"] = f"{arn}:sns:{self.region}:{ACCOUNT}:{state['name']}"
+        if typ == "aws:cloudwatch/metricAlarm:MetricAlarm":
+            state["arn"] = f"{arn}:cloudwatch:{self.region}:{ACCOUNT}:alarm:{state['name']}"
+        if typ == "aws:cloudwatch/eventRule:EventRule":
+            state["arn"] = f"{arn}:events:{self.region}:{ACCOUNT}:rule/{state['name']}"
         if typ == "aws:sqs/queue:Queue":
             state["url"] = f"https://sqs.{self.region}.{self._dns_suffix()}/{ACCOUNT}/{state['name']}"
             state["arn"] = f"{arn}:sqs:{self.region}:{ACCOUNT}:{state['name']}"
