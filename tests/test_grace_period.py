@@ -39,9 +39,9 @@ def test_every_runtime_gives_its_pods_the_stacks_grace_period_and_says_it_in_the
     run = run_config(dev_config(trainer={"terminationGraceSeconds": 300}))
     runtimes = [o for o in objects(run).values() if o["kind"] == "ClusterTrainingRuntime"]
     assert runtimes
-    for rt in runtimes:
-        pod = _trainer_pod(rt)
-        assert pod["terminationGracePeriodSeconds"] == 300, rt["metadata"]["name"]
+    for runtime in runtimes:
+        pod = _trainer_pod(runtime)
+        assert pod["terminationGracePeriodSeconds"] == 300, runtime["metadata"]["name"]
         assert {"name": GRACE_ENV, "value": "300"} in pod["containers"][0]["env"]
     default = run_config(dev_config())
     assert {_trainer_pod(o)["terminationGracePeriodSeconds"] for o in objects(default).values() if o["kind"] == "ClusterTrainingRuntime"} == {120}

@@ -245,7 +245,7 @@ def test_downloads_land_in_a_directory_per_dataset_and_model(version):
     """The initializers' sub-path (the runtime's subPathExpr expanded with the env the Trainer puts
     in their containers) is the directory the program is told to read; another dataset or model
     gets another directory, so a re-created job never mixes old and new files."""
-    dirs = {}
+    dirs, sub = {}, ""
     for dataset in ("FiscalNote/billsum", "hf://someone/other-sums"):
         tjob, runtime, _ = rendered(version, fsdp={"enabled": True, "dataset": dataset})
         for rj in runtime["spec"]["template"]["spec"]["replicatedJobs"][:-1]:
