@@ -128,6 +128,12 @@ class Cluster(pulumi.ComponentResource):
             # "Limit Pod traffic with Kubernetes network policies"); pulumi-eks v4.3.0
             # (nodejs/eks/addons/cni-addon.ts) writes this option into that configuration
             vpc_cni_options=eks.VpcCniOptionsArgs(enable_network_policy=True) if s.tenants.teams() else None,
+            # An Auto Mode cluster is created without the self-managed add-ons and pulumi-eks then makes
+            # neither the vpc-cni nor the kube-proxy add-on (nodejs/eks/cluster/cluster.ts v4.3.0), so the
+            # managed node groups, which Auto Mode does not network, would never be Ready; the vpc-cni
+            # chart keeps off Auto Mode's own nodes (config/node_agents.yaml)
+            use_default_vpc_cni=False if auto else None,
+            kube_proxy_addon_options=eks.KubeProxyAddonOptionsArgs(enabled=True) if auto else None,
             auto_mode=eks.AutoModeOptionsArgs(
                 enabled=True,
                 create_node_role=True,

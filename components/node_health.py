@@ -2,9 +2,14 @@
 GPU (Xid, DCGM), kernel, network, storage and runtime faults as node conditions, which Karpenter's
 node repair acts on (manifests/gpu_objects.py karpenter_values). EKS Auto Mode runs its own node
 monitoring and repairs its nodes itself (EKS User Guide, "Enable node auto repair and investigate
-node health issues"): nothing is added there."""
+node health issues"): nothing is added there.
+
+The add-on's DCGM server DaemonSet ships without tolerations, so its configuration values
+(``manifests/node_agents.py``) let it onto the tainted GPU nodes, where the agent needs it."""
 
 from __future__ import annotations
+
+import json
 
 import pulumi
 import pulumi_aws as aws
@@ -12,6 +17,7 @@ import pulumi_aws as aws
 import versions
 from components.cluster import Cluster
 from config.settings import Settings
+from manifests.node_agents import node_monitoring_agent_configuration
 
 
 class NodeHealth(pulumi.ComponentResource):
@@ -26,6 +32,7 @@ class NodeHealth(pulumi.ComponentResource):
                 cluster_name=cluster.eks_cluster.eks_cluster.name,
                 addon_name="eks-node-monitoring-agent",
                 addon_version=versions.NODE_MONITORING_AGENT_ADDON_VERSION,
+                configuration_values=json.dumps(node_monitoring_agent_configuration(), sort_keys=True),
                 resolve_conflicts_on_create="OVERWRITE",
                 resolve_conflicts_on_update="OVERWRITE",
                 opts=pulumi.ResourceOptions(parent=self, depends_on=list(cluster.node_groups.values())),
