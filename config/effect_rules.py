@@ -14,17 +14,31 @@ keys that do not apply are harmless and stay quiet.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from config import catalog
 from config.checks import quantity_bytes
-from config.infra_models import TORCH_RUNTIME
-from config.job_models import system_namespaces
+from config.infra_models import TORCH_RUNTIME, GpuPoolSettings, TrainerSettings
+from config.job_models import TrainJobsSettings, system_namespaces
 from config.program_flags import argument_problems
 from config.schema import ConfigError, looks_secret
+from config.team_models import KueueSettings, ObservabilitySettings, TenantsSettings
 
-if TYPE_CHECKING:
-    from config.settings import Settings
+
+class Settings(Protocol):
+    """What these rules read of config.settings.Settings (which runs them: no import back)."""
+
+    trainjobs: TrainJobsSettings
+    tenants: TenantsSettings
+    kueue: KueueSettings
+    observability: ObservabilitySettings
+    gpu_pool: GpuPoolSettings
+    trainer: TrainerSettings
+
+    @property
+    def kueue_enabled(self) -> bool: ...
+
+    def start_minutes_needed(self) -> int: ...
 
 # The alarm on idle GPUs averages GPU utilization over 10-minute periods (components/alarms.py
 # alarm_specs: period 600 s, evaluationPeriods = idleMinutes / 10).

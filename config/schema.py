@@ -15,7 +15,6 @@ raises them together as one :class:`ConfigErrors`.
 from __future__ import annotations
 
 import difflib
-import re
 import types
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -25,6 +24,8 @@ import annotated_types
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, RootModel, ValidationError
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
+
+from config.secrets import REDACTED, looks_secret, strings_in  # noqa: F401  (REDACTED, looks_secret: part of this module's interface)
 
 PROJECT = "training-platform"
 
@@ -57,39 +58,6 @@ class ConfigErrors(ConfigError):
         return [e.key for e in self.errors]
 
 
-# A key named like a credential, or a value shaped like one (Hugging Face, GitHub, Slack, OpenAI-style
-# tokens, AWS access key ids, PEM keys), is never printed back: an error shows <redacted> instead.
-# W&B API keys are 40 hex digits (wandb's own check, wandb/sdk/lib/apikey.py); a URL's user
-# information (https://user:password@host) carries a password (SNS accepts such endpoints).
-_SECRET_KEY = re.compile(r"(token|secret|passw(or)?d|pwd|api[-_]?key|[-_]key|credentials?|private[-_]?key|auth)$", re.IGNORECASE)  # the name ends so
-_SECRET_VALUE = re.compile(
-    r"\b(hf_[A-Za-z0-9]{16,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}|sk-[A-Za-z0-9_-]{20,}|A[KS]IA[0-9A-Z]{16}|[0-9a-f]{40})\b"
-    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----|://[^/\s@]*:[^/\s@]*@"
-)
-# Keys whose every value may hold a secret: webhook URLs carry their secret in the path (a chat's
-# incoming-webhook token), so they are never printed back.
-_SECRET_BEARING = re.compile(r"(^|\.)httpsEndpoints(\[\d+\])?$")
-REDACTED = "<redacted>"
-
-
-def looks_secret(key: str, value: Any) -> bool:
-    if _SECRET_BEARING.search(key):
-        return True
-    if _SECRET_KEY.search(key.rsplit(".", 1)[-1].rsplit(":", 1)[-1]):
-        return True
-    if isinstance(value, str):
-        name, eq, rest = value.partition("=")  # --flag=value, NAME=value: the name says it too
-        if eq and re.fullmatch(r"-{0,2}[A-Za-z_][A-Za-z0-9_.-]*", name) and rest and _SECRET_KEY.search(name.lstrip("-")):
-            return True
-        return bool(_SECRET_VALUE.search(value))
-    if isinstance(value, dict):
-        return any(looks_secret(str(k), v) for k, v in value.items())
-    if isinstance(value, list | tuple):
-        # a flag named like a credential makes the value after it one (["--wandb-key", "..."])
-        return any(looks_secret(key, v) for v in value) or any(isinstance(v, str) and v.startswith("-") and bool(_SECRET_KEY.search(v.lstrip("-"))) for v in value)
-    return False
-
-
 def _line(key: str, value: Any, allowed: str) -> str:
     full = key if ":" in key else f"{PROJECT}:{key}"  # aws:region and other namespaces as they are
     if not full.isprintable():  # a key with a newline or control character stays on its one line
@@ -97,19 +65,9 @@ def _line(key: str, value: Any, allowed: str) -> str:
     shown = repr(value)
     if looks_secret(key, value):
         shown = REDACTED
-        for text in sorted(_strings(value), key=len, reverse=True):  # nor inside the explanation
+        for text in sorted(strings_in(value), key=len, reverse=True):  # nor inside the explanation
             allowed = allowed.replace(text, REDACTED) if len(text) > 2 else allowed
     return " ".join(f"invalid config {full} = {shown}: {allowed}".splitlines())
-
-
-def _strings(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [value, *value.split("=", 1)[1:]]
-    if isinstance(value, dict):
-        return [s for k, v in value.items() for s in (*_strings(str(k)), *_strings(v))]
-    if isinstance(value, list | tuple):
-        return [s for v in value for s in _strings(v)]
-    return []
 
 
 def camel(name: str) -> str:
