@@ -8,6 +8,7 @@ import json
 import pulumi
 import pulumi_aws as aws
 
+import versions
 from components.cluster import NODE_POLICIES, Cluster
 from components.iam import assume_role_policy
 from config import aws_facts
@@ -233,8 +234,17 @@ class GpuAws(pulumi.ComponentResource):
         self._cluster = cluster
         self._tags = tags
         self.queue_name = self.node_role_name = self.placement_group_name = None
-        self.pod_identity_agent: aws.eks.Addon | None = None  # EKS Auto Mode runs the agent itself
         self.karpenter_ready: list[pulumi.Resource] = []
+        # In Auto Mode too: Auto Mode runs the agent on its own nodes only, and the managed node
+        # groups' pods (the CloudWatch agent) need it there; the add-on keeps off Auto Mode's nodes
+        # (config/node_agents.yaml)
+        self.pod_identity_agent = aws.eks.Addon(
+            f"{name}-pod-identity-agent",
+            cluster_name=cluster.eks_cluster.eks_cluster.name,
+            addon_name="eks-pod-identity-agent",
+            addon_version=versions.POD_IDENTITY_ADDON_VERSION,
+            opts=self._opts(depends_on=list(cluster.node_groups.values())),
+        )
         if settings.gpu_pool.mode == "karpenter":
             self._tag_security_group(name)
             self._create_karpenter_node_role(name)
@@ -311,8 +321,7 @@ class GpuAws(pulumi.ComponentResource):
             # (it terminates its nodes while being destroyed).
             self.karpenter_ready.append(attachment)
         cluster_name = self._cluster.eks_cluster.eks_cluster.name
-        agent = aws.eks.Addon(f"{name}-pod-identity-agent", cluster_name=cluster_name, addon_name="eks-pod-identity-agent", opts=self._opts(depends_on=list(self._cluster.node_groups.values())))
-        self.pod_identity_agent = agent
+        agent = self.pod_identity_agent
         assoc = aws.eks.PodIdentityAssociation(
             f"{name}-karpenter", cluster_name=cluster_name, namespace=KARPENTER_NAMESPACE, service_account=KARPENTER_SERVICE_ACCOUNT, role_arn=role.arn, opts=self._opts(depends_on=[agent])
         )

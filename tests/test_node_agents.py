@@ -169,6 +169,20 @@ def test_auto_mode_installs_no_agent_auto_mode_brings_itself_and_runs_cloudwatch
     # the managed node groups, which Auto Mode does not network, get the vpc-cni and kube-proxy add-ons
     assert plan.installed["vpc-cni"] == {} and plan.installed["kube-proxy"] == {}
     assert not [f for f in found if f.agent in ("vpc-cni", "kube-proxy")]
+    assert plan.installed["eks-pod-identity-agent"] == {}  # Auto Mode runs it on its own nodes only
+    assert _unexplained(found) == []
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_the_agents_we_install_run_at_the_versions_the_table_was_read_at(stack):
+    run = run_stack(stack)
+    addons = {r.inputs["addonName"]: r.inputs.get("addonVersion") for r in run.by_type(ADDON)}
+    charts = {r.inputs["chart"]: r.inputs.get("version") for r in run.by_type(RELEASE)}
+    for name, agent in table.agents().items():
+        how, pin = agent.installed_as, agent.version.pin
+        if pin is None or (how.addon or how.chart) not in {**addons, **charts}:
+            continue
+        assert (addons.get(how.addon) if how.addon else charts.get(how.chart)) == getattr(versions, pin), name
 
 
 # --- the matching rules ---------------------------------------------------------------------------------
