@@ -15,7 +15,7 @@ from components.network import Network
 from components.node_health import NodeHealth
 from components.observability import Observability
 from components.project_config import aws_region, offline_render, project_config
-from components.registry import TrainingImage
+from components.registry import ImageMirror, TrainingImage
 from components.storage import CheckpointStorage
 from components.tenants import Tenants
 from components.trainer import Trainer
@@ -50,11 +50,14 @@ gpu_aws = GpuAws("gpu", settings=settings, cluster=cluster, vpc_id=network.vpc_i
 # bad GPU nodes found (the node monitoring agent) and replaced (Karpenter's node repair)
 node_health = NodeHealth("node-health", settings=settings, cluster=cluster)
 capacity = GpuCapacity("gpu", settings=settings, gpu_aws=gpu_aws, cluster_name=cluster.name, provider=cluster.provider, tags=tags)
-trainer = Trainer("trainer", settings=settings.trainer, cluster_name=cluster.name, provider=cluster.provider, depends_on=capacity.node_pools, job_graces=job_grace_periods(settings))
+# the Docker Hub images the platform names by default, copied into the stack's ECR (nodes behind one NAT address
+# share Docker Hub's anonymous pull limit); its objects name the copies
+images = ImageMirror("images", cluster_name=settings.cluster_name, tags=tags)
+trainer = Trainer("trainer", settings=settings.trainer, cluster_name=cluster.name, provider=cluster.provider, depends_on=capacity.node_pools, job_graces=job_grace_periods(settings), images=images)
 # Kueue queues the teams' and the stack's TrainJobs (one cohort); teams get namespaces, quotas and access
 kueue = Kueue("kueue", settings=settings, trainer=trainer, provider=cluster.provider) if settings.kueue_enabled else None
 # metrics, logs and dashboard (observability.mode), the GPU smoke check, cleanup of finished TrainJobs
-observability = Observability("observability", settings=settings, cluster=cluster, gpu_aws=gpu_aws, capacity=capacity, trainer=trainer, tags=tags)
+observability = Observability("observability", settings=settings, cluster=cluster, gpu_aws=gpu_aws, capacity=capacity, trainer=trainer, tags=tags, images=images)
 # failed and stalled TrainJobs, idle GPUs and nodes not ready, on an SNS topic (prometheus mode: alert rules)
 if observability.cloudwatch is not None and settings.observability.alarms.enabled:
     alarms = Alarms("alarms", settings=settings, cluster_name=cluster.name, log_groups=observability.cloudwatch.log_groups, tags=tags)
@@ -66,7 +69,7 @@ if storage and settings.tenants.teams():
     tenants = Tenants("tenants", settings=settings, cluster=cluster, storage=storage, kueue=kueue, provider=cluster.provider, tags=tags, image=training_image.ref if training_image else None)
     pulumi.export("teamNamespaces", tenants.namespaces)
 if storage and settings.trainjobs.jobs():
-    jobs = TrainJobs("jobs", settings=settings, trainer=trainer, storage=storage, capacity=capacity.node_pools, provider=cluster.provider, image=training_image.ref if training_image else None, kueue=kueue)
+    jobs = TrainJobs("jobs", settings=settings, trainer=trainer, storage=storage, capacity=capacity.node_pools, provider=cluster.provider, image=training_image.ref if training_image else None, kueue=kueue, images=images)
     pulumi.export("trainJobs", jobs.names)
     if training_image:
         pulumi.export("trainingImage", training_image.ref)

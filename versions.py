@@ -117,7 +117,11 @@ WORKLOAD_BUILD_ARGS = {
     "TRAINING_UID": WORKLOAD_UID,
 }
 
-# Default images of the ClusterTrainingRuntimes (a TrainJob sets its own image).
+# Default images of the ClusterTrainingRuntimes (a TrainJob sets its own image). The cluster never pulls
+# a Docker Hub image (pytorch/pytorch, tensorflow/tensorflow, WORKLOAD_BASE_IMAGE for the smoke check):
+# Docker Hub limits anonymous pulls per IPv4 address and every node behind one NAT address shares the
+# limit, and these are not Docker official images, so not under ECR Public's docker/library. The stack
+# copies each into its own ECR at deploy (components/registry.py ImageMirror) and its objects name the copy.
 TORCH_RUNTIME_IMAGE = "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime"
 DEEPSPEED_RUNTIME_IMAGE = "ghcr.io/kubeflow/trainer/deepspeed-runtime:v2.3.0"
 # TensorFlow 2.20.0: the CPU build of the same release (tensorflow-cpu) is what workloads/requirements-tf.txt

@@ -54,6 +54,7 @@ from components.gpu_aws import GpuAws, aws_partition, pod_identity_trust
 from components.gpu_capacity import GpuCapacity
 from components.operations import Operations
 from components.prometheus import PrometheusMonitoring
+from components.registry import ImageMirror
 from components.trainer import Trainer
 from config.names import IAM_ROLE, aws_name
 from config.namespaces import AGENT_NAMESPACE  # noqa: F401  (part of this module's interface)
@@ -214,7 +215,7 @@ class Observability(pulumi.ComponentResource):
 
     def __init__(
         self, name: str, *, settings: Settings, cluster: Cluster, gpu_aws: GpuAws, capacity: GpuCapacity, trainer: Trainer, tags: dict[str, str],
-        opts: pulumi.ResourceOptions | None = None,
+        opts: pulumi.ResourceOptions | None = None, images: ImageMirror | None = None,
     ):
         super().__init__("training-platform:infra:Observability", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
@@ -227,6 +228,6 @@ class Observability(pulumi.ComponentResource):
         )
         self.operations = Operations(
             f"{name}-ops", settings=settings, provider=cluster.provider, gpu_ready=[*capacity.node_pools, *capacity.plugins], trainer=trainer.release,
-            keep_kinds=sorted({w.kind for w in WORKLOADS.values()}), job_label=JOB_LABEL, opts=child,
+            keep_kinds=sorted({w.kind for w in WORKLOADS.values()}), job_label=JOB_LABEL, opts=child, images=images,
         )
         self.register_outputs({"mode": mode, "dashboard": dashboard_name(cluster.name) if self.cloudwatch else None})

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.registry import ImageMirror
 from components.resources import apply_manifest
 from config.settings import Settings
 from manifests.operations import (
@@ -35,7 +36,7 @@ class Operations(pulumi.ComponentResource):
 
     def __init__(
         self, name: str, *, settings: Settings, provider: k8s.Provider, gpu_ready: list[pulumi.Resource], trainer: pulumi.Resource, keep_kinds: list[str], job_label: str,
-        opts: pulumi.ResourceOptions | None = None,
+        opts: pulumi.ResourceOptions | None = None, images: ImageMirror | None = None,
     ):
         super().__init__("training-platform:k8s:Operations", name, None, opts)
 
@@ -51,6 +52,7 @@ class Operations(pulumi.ComponentResource):
             cm = script_configmap(SMOKE_CHECK, SMOKE_CHECK_SCRIPT)
             code = apply_manifest(cm, o(ns))
             job = smoke_check_job(settings, configmap=cm["metadata"]["name"])
+            job = images.resolve(job) if images is not None else job  # the stack's ECR copy of its Docker Hub image
             # a Job's template is immutable: a changed check replaces it (and runs it again)
             self.smoke_check = apply_manifest(
                 job, o(ns, code, *gpu_ready, replace_on_changes=["spec"], delete_before_replace=True, custom_timeouts=pulumi.CustomTimeouts(create=SMOKE_CHECK_TIMEOUT, update=SMOKE_CHECK_TIMEOUT))

@@ -29,6 +29,7 @@ import pathlib
 import re
 import shlex
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
@@ -37,6 +38,7 @@ import pulumi_docker_build as docker_build
 import versions
 from components import build_context
 from config.names import ECR_REPOSITORY
+from manifests import images
 
 PROJECT_DIR = pathlib.Path(__file__).resolve().parent.parent
 CONTEXT = "workloads"  # relative to the project directory, where Pulumi runs the program
@@ -56,6 +58,7 @@ BUILD_SETTINGS: dict[str, str | bool] = {
 TAG_LEN = 20
 UNTAGGED_EXPIRE_DAYS = 7
 KEEP_TAGGED_IMAGES = 30
+KEEP_MIRRORED_IMAGES = 5  # per copied repository: the current pin and a few before it
 
 
 def _instructions(dockerfile: str) -> list[tuple[str, str]]:
@@ -177,19 +180,31 @@ def context_problem(context: pathlib.Path) -> str | None:
     )
 
 
-def repository_name(cluster_name: str) -> str:
-    """``<cluster>/workloads``-like, in ECR's alphabet: lowercase, single separators between
-    alphanumerics. A cluster name that had to change for that gets a hash of the original, so
-    ``Train`` and ``train`` stay two repositories."""
+def _base(cluster_name: str) -> str:
+    """The cluster name in ECR's alphabet: lowercase, single separators between alphanumerics. A
+    cluster name that had to change for that gets a hash of the original, so ``Train`` and
+    ``train`` stay apart."""
     base = re.sub(r"[^a-z0-9]+", "-", cluster_name.lower()).strip("-") or "cluster"
     if base != cluster_name:
         base = f"{base}-{hashlib.sha256(cluster_name.encode()).hexdigest()[:8]}"
-    return ECR_REPOSITORY.name(base, "workloads")
+    return base
 
 
-def lifecycle_policy() -> str:
+def repository_name(cluster_name: str) -> str:
+    """``<cluster>-workloads``, in ECR's alphabet (:func:`_base`)."""
+    return ECR_REPOSITORY.name(_base(cluster_name), "workloads")
+
+
+def mirror_repository_name(cluster_name: str, upstream: str) -> str:
+    """``<cluster>-mirror/<upstream host>/<upstream path>``: one repository per upstream
+    repository (``training-dev-mirror/docker.io/pytorch/pytorch``)."""
+    repo, _tag = images.repository_and_tag(upstream)
+    return f"{ECR_REPOSITORY.name(_base(cluster_name), 'mirror')}/{repo}"
+
+
+def lifecycle_policy(keep: int = KEEP_TAGGED_IMAGES) -> str:
     """Untagged images (left behind by rebuilds) expire after a week; of the tagged ones the
-    newest ``KEEP_TAGGED_IMAGES`` stay, so recent jobs can still pull what they were started with."""
+    newest ``keep`` stay, so recent jobs can still pull what they were started with."""
     rules = [
         {
             "rulePriority": 1,
@@ -199,12 +214,35 @@ def lifecycle_policy() -> str:
         },
         {
             "rulePriority": 2,
-            "description": f"keep the newest {KEEP_TAGGED_IMAGES} images",
-            "selection": {"tagStatus": "any", "countType": "imageCountMoreThan", "countNumber": KEEP_TAGGED_IMAGES},
+            "description": f"keep the newest {keep} images",
+            "selection": {"tagStatus": "any", "countType": "imageCountMoreThan", "countNumber": keep},
             "action": {"type": "expire"},
         },
     ]
     return json.dumps({"rules": rules}, sort_keys=True)
+
+
+def _repository(name: str, repo_name: str, tags: dict[str, str], keep: int, parent: pulumi.Resource) -> aws.ecr.Repository:
+    """An ECR repository the stack owns: tags immutable, scanned on push, encrypted, with the
+    lifecycle policy; removing it removes its images (it only holds what the stack put there)."""
+    repository = aws.ecr.Repository(
+        name,
+        name=repo_name,
+        image_tag_mutability="IMMUTABLE",
+        image_scanning_configuration={"scan_on_push": True},
+        encryption_configurations=[{"encryption_type": "AES256"}],
+        force_delete=True,
+        tags=tags,
+        opts=pulumi.ResourceOptions(parent=parent),
+    )
+    aws.ecr.LifecyclePolicy(name, repository=repository.name, policy=lifecycle_policy(keep), opts=pulumi.ResourceOptions(parent=parent))
+    return repository
+
+
+def _registry_login(repository: aws.ecr.Repository, parent: pulumi.Resource) -> docker_build.RegistryArgs:
+    """pulumi-docker-build's registry credentials for the stack's ECR (``GetAuthorizationToken``)."""
+    token = aws.ecr.get_authorization_token_output(registry_id=repository.registry_id, opts=pulumi.InvokeOutputOptions(parent=parent))
+    return docker_build.RegistryArgs(address=repository.repository_url.apply(lambda u: u.split("/", 1)[0]), username=token.user_name, password=pulumi.Output.secret(token.password))
 
 
 class TrainingImage(pulumi.ComponentResource):
@@ -217,20 +255,8 @@ class TrainingImage(pulumi.ComponentResource):
 
     def __init__(self, name: str, *, cluster_name: str, tags: dict[str, str], opts: pulumi.ResourceOptions | None = None):
         super().__init__("training-platform:infra:TrainingImage", name, None, opts)
-        self.repository = aws.ecr.Repository(
-            name,
-            name=repository_name(cluster_name),
-            image_tag_mutability="IMMUTABLE",
-            image_scanning_configuration={"scan_on_push": True},
-            encryption_configurations=[{"encryption_type": "AES256"}],
-            # the repository only holds what this stack built: removing it (every job brings its
-            # own image) removes the images too
-            force_delete=True,
-            tags=tags,
-            opts=pulumi.ResourceOptions(parent=self),
-        )
-        aws.ecr.LifecyclePolicy(name, repository=self.repository.name, policy=lifecycle_policy(), opts=pulumi.ResourceOptions(parent=self))
-        token = aws.ecr.get_authorization_token_output(registry_id=self.repository.registry_id, opts=pulumi.InvokeOutputOptions(parent=self))
+        # removing the repository (every job brings its own image) removes the images too
+        self.repository = _repository(name, repository_name(cluster_name), tags, KEEP_TAGGED_IMAGES, self)
         if problem := context_problem(PROJECT_DIR / CONTEXT):
             raise pulumi.RunError(problem)
         self.tag = image_tag()
@@ -245,8 +271,64 @@ class TrainingImage(pulumi.ComponentResource):
             push=True,
             pull=False,
             build_on_preview=False,
-            registries=[{"address": url.apply(lambda u: u.split("/", 1)[0]), "username": token.user_name, "password": pulumi.Output.secret(token.password)}],
+            registries=[_registry_login(self.repository, self)],
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.ref = pulumi.Output.all(url, self.image.digest).apply(lambda a: f"{a[0]}@{a[1]}")
         self.register_outputs({"repositoryUrl": url, "tag": self.tag, "ref": self.ref})
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+class ImageMirror(pulumi.ComponentResource):
+    """The stack's copies of the Docker Hub images its objects name by default (the runtimes'
+    and the smoke check's, the TensorFlow job's default): :meth:`resolve` gives an object back
+    with each Docker Hub image replaced by its copy, made on first use: one ECR repository per
+    upstream repository, each pinned tag copied into it at deploy. ``refs``: upstream reference ->
+    ``<repo url>:<tag>@<digest>`` of its copy.
+
+    The copy is pulumi-docker-build's ``Index`` (``docker buildx imagetools create --tag <copy>
+    <upstream>``, provider/internal/client.go ``ManifestCreate``): with one source it copies the
+    image and its platforms from registry to registry (Docker docs, "Copy image between
+    registries"), on the machine running ``pulumi up``, which pulls from Docker Hub once per
+    pinned tag; the nodes pull the copy from the stack's ECR, which has no anonymous per-address
+    limit. A preview copies nothing (``Index.Update`` returns on a dry run). The copy's tag is the
+    upstream's, so an unchanged pin changes no input and pushes nothing (``Index.Diff``); a new pin
+    is a new resource, and the old copy is kept (``retain_on_delete``) for pods that still run it
+    until the lifecycle policy expires it. Why not an ECR pull-through cache rule: for Docker Hub
+    it needs Docker Hub credentials in a Secrets Manager secret (ECR User Guide, "Sync an upstream
+    registry with an Amazon ECR private registry"), which a stack cannot make; and the images are
+    not on ECR Public (its ``docker/library`` namespace holds Docker's official images only)."""
+
+    refs: dict[str, pulumi.Output[str]]
+
+    def __init__(self, name: str, *, cluster_name: str, tags: dict[str, str], opts: pulumi.ResourceOptions | None = None):
+        super().__init__("training-platform:infra:ImageMirror", name, None, opts)
+        self._name, self._cluster_name, self._tags = name, cluster_name, tags
+        self._repositories: dict[str, aws.ecr.Repository] = {}
+        self.refs = {}
+        self.register_outputs({})
+
+    def copy(self, ref: str) -> pulumi.Output[str]:
+        """The copy of upstream ``ref`` (a tagged reference), made once."""
+        if ref not in self.refs:
+            repo, tag = images.repository_and_tag(ref)
+            if repo not in self._repositories:
+                self._repositories[repo] = _repository(f"{self._name}-{_slug(repo)}", mirror_repository_name(self._cluster_name, ref), self._tags, KEEP_MIRRORED_IMAGES, self)
+            repository = self._repositories[repo]
+            self.refs[ref] = docker_build.Index(
+                f"{self._name}-{_slug(repo)}-{_slug(tag)}",
+                sources=[f"{repo}:{tag}"],
+                tag=repository.repository_url.apply(lambda u, tag=tag: f"{u}:{tag}"),
+                push=True,
+                registry=_registry_login(repository, self),
+                opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
+            ).ref
+        return self.refs[ref]
+
+    def resolve(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """``obj`` naming the copies of the Docker Hub images it names."""
+        found = {ref for _path, ref in images.image_fields(obj) if images.from_docker_hub(ref)}
+        return images.with_images(obj, {ref: self.copy(ref) for ref in sorted(found)})

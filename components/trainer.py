@@ -24,6 +24,7 @@ import pulumi_kubernetes as k8s
 import versions
 from components import deploy_state
 from components.helm import release
+from components.registry import ImageMirror
 from components.resources import apply_manifest
 from config.namespaces import TRAINER_NAMESPACE  # noqa: F401  (part of this module's interface)
 from config.settings import TrainerSettings
@@ -36,7 +37,7 @@ class Trainer(pulumi.ComponentResource):
 
     def __init__(
         self, name: str, *, settings: TrainerSettings, cluster_name: str, provider: k8s.Provider, depends_on: list[pulumi.Resource] | None = None, opts: pulumi.ResourceOptions | None = None,
-        job_graces: dict[str, list[int]] | None = None,
+        job_graces: dict[str, list[int]] | None = None, images: ImageMirror | None = None,
     ):
         super().__init__("training-platform:k8s:Trainer", name, None, opts)
         self.version = settings.version
@@ -51,6 +52,8 @@ class Trainer(pulumi.ComponentResource):
         )
         manifests = runtimes(settings, job_graces)  # job_graces: the stack's jobs' grace periods (config.settings.job_grace_periods)
         # keyed by base name (torch-distributed-gpu, ...) or grace variant (<base>-grace<N>); the objects carry content-hashed names
+        if images is not None:  # the stack's ECR copies in place of the Docker Hub images they name (components/registry.py)
+            manifests = {base: images.resolve(obj) for base, obj in manifests.items()}
         self.runtime_names = {base: obj["metadata"]["name"] for base, obj in manifests.items()}
         self.runtimes = {
             base: apply_manifest(obj, pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[self.release]))

@@ -7,6 +7,7 @@ import pulumi_kubernetes as k8s
 
 import versions
 from components.kueue import Kueue
+from components.registry import ImageMirror
 from components.resources import apply_manifest
 from components.storage import CheckpointStorage
 from components.trainer import Trainer
@@ -15,6 +16,7 @@ from manifests import kueue as kq
 from manifests import tenants as tn
 from manifests import trainer_api
 from manifests import trainjobs as tj
+from manifests.images import from_docker_hub
 from manifests.tenants import LOCAL_QUEUE
 from manifests.volume_setup import checkpoint_owner_job
 
@@ -32,10 +34,13 @@ class TrainJobs(pulumi.ComponentResource):
         image: pulumi.Input[str] | None = None,
         kueue: Kueue | None = None,
         opts: pulumi.ResourceOptions | None = None,
+        images: ImageMirror | None = None,
     ):
         """``image``: the image the stack built (``<repo>@<digest>``), for jobs that set none.
         ``kueue``: with Kueue on, the namespace gets a LocalQueue of the stack's ClusterQueue and
-        the jobs carry its label (and are created only once Kueue's webhook serves)."""
+        the jobs carry its label (and are created only once Kueue's webhook serves). ``images``: a
+        job whose image is the config's default, a Docker Hub image, runs the stack's ECR copy of it
+        (an image the stack file names is used as it is)."""
         super().__init__("training-platform:workloads:TrainJobs", name, None, opts)
         ns_name = settings.trainjobs.namespace
 
@@ -66,9 +71,12 @@ class TrainJobs(pulumi.ComponentResource):
         self.jobs = {}
         for key, job in settings.trainjobs.jobs().items():
             workload = tj.WORKLOADS[key]
+            job_image = job.image or image
+            if images is not None and job.image is not None and "image" not in job.model_fields_set and from_docker_hub(job.image):
+                job_image = images.copy(job.image)
             runtime_key = tj.runtime_key(workload, job, settings)  # its runtime, or that runtime's variant with the job's grace period
             runtime = trainer.runtimes[runtime_key]  # config refuses a job whose runtime is not installed
-            manifest = tj.trainjob(workload, job, settings, code_configmap=tj.code_configmap_name(files), image=job.image or image, runtime_name=trainer.runtime_names[runtime_key], queue=LOCAL_QUEUE if kueue else None)
+            manifest = tj.trainjob(workload, job, settings, code_configmap=tj.code_configmap_name(files), image=job_image, runtime_name=trainer.runtime_names[runtime_key], queue=LOCAL_QUEUE if kueue else None)
             # TrainJob specs are (mostly) immutable: any change (a new image digest too) replaces the job, deleting the
             # old one first. So does a label change: Kueue v0.19.2 refuses a queue-name change on a running job
             # (pkg/controller/jobframework/validation.go validateUpdateForQueueName) and adds its runtime patch only

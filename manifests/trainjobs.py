@@ -286,6 +286,11 @@ def resources_per_node(job: JobBase, settings: Settings) -> dict:
     return {"requests": {"cpu": str(cpu), "memory": f"{memory}Gi"}, "limits": {**limits, "memory": f"{memory}Gi"}}
 
 
+RUNTIME_IMAGE = object()
+"""``trainjob(image=RUNTIME_IMAGE)``: the TrainJob names no image, so the Trainer runs its runtime's
+(trainctl without ``--image``: whatever image that cluster's runtime names, one its nodes can pull)."""
+
+
 def trainjob(
     workload: Workload, job: JobBase, settings: Settings, *, code_configmap: str, image: Any = None, runtime_name: str | None = None, queue: str | None = None, entry: dict[str, Any] | None = None,
     priority: str | None = None,
@@ -349,7 +354,7 @@ def trainjob(
         "spec": {
             "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime", "name": runtime_name},
             "trainer": {
-                "image": image,
+                **({} if image is RUNTIME_IMAGE else {"image": image}),
                 **(entry if entry is not None else trainer_entry(workload, job)),
                 "numNodes": job.num_nodes,
                 "resourcesPerNode": resources_per_node(job, settings),

@@ -276,11 +276,11 @@ def test_repository_names_stay_distinct():
 
 def test_dev_builds_the_image_into_its_own_repository_and_jobs_use_the_digest():
     run = run_stack("dev")
-    repo = run.one(REPO)
+    repo = run.one(REPO, "workloads")
     assert repo.inputs["imageTagMutability"] == "IMMUTABLE"
     assert repo.inputs["imageScanningConfiguration"] == {"scanOnPush": True}
     assert repo.inputs["encryptionConfigurations"][0]["encryptionType"] in ("AES256", "KMS")
-    policy = json.loads(run.one(POLICY).inputs["policy"])
+    policy = json.loads(run.one(POLICY, "workloads").inputs["policy"])
     assert {r["selection"]["tagStatus"] for r in policy["rules"]} == {"untagged", "any"}
     build = run.one(BUILD)
     assert build.inputs["context"] == {"location": "workloads"} and build.inputs["push"] is True
@@ -307,9 +307,9 @@ def test_dev_builds_the_image_into_its_own_repository_and_jobs_use_the_digest():
 
 def test_china_regions_get_the_cn_registry_domain():
     cfg = dev_config(**{"aws:region": "cn-north-1"})  # the same config test_aws_facts renders there
-    cfg["training-platform:cluster"]["adminPrincipalArns"] = ["arn:aws-cn:iam::123456789012:role/PlatformAdmin"]
+    cfg["training-platform:cluster"] = json.loads(json.dumps(cfg["training-platform:cluster"]).replace('"arn:aws:', '"arn:aws-cn:'))  # the partition's ARNs
     run = run_config(cfg)
-    repo = run.one(REPO)
+    repo = run.one(REPO, "workloads")
     assert repo.state["repositoryUrl"] == f"123456789012.dkr.ecr.cn-north-1.amazonaws.com.cn/{repo.inputs['name']}"
     assert repo.state["arn"].startswith("arn:aws-cn:ecr:cn-north-1:")
 
@@ -318,7 +318,7 @@ def test_jobs_with_their_own_images_build_nothing():
     mine = "registry.example.com/team/train:1.2.3"
     # the TF job's default is the TensorFlow image (versions.py), never the built one
     run = run_config(dev_config(trainjobs={"ddp": {"image": mine}, "fsdp": {"image": mine}, "ncclCheck": {"image": mine}}))
-    assert not run.by_type(REPO) and not run.by_type(POLICY) and not run.by_type(BUILD)
+    assert not [r for r in run.by_type(REPO) + run.by_type(POLICY) if r.name == "workloads"] and not run.by_type(BUILD)
     assert find(run, "TrainJob", "ddp-mnist")["spec"]["trainer"]["image"] == mine
     assert "trainingImage" not in run.outputs
 

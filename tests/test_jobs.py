@@ -125,7 +125,8 @@ def test_tf_and_nccl_check_trainjobs_render_and_validate_for_each_trainer_versio
     assert node["command"] == rt.tf_config_wrapper()
     launch = "/opt/training/code/launch.py"  # the node's preflight and exit codes, as for every GPU job
     assert trainer["args"] == ["python3", launch, "python3", launch, "--worker", "python3", "/opt/training/code/tf_mnist.py", "--epochs", "3", "--checkpoint-dir", "/mnt/checkpoints/tf-mnist"]
-    assert trainer["image"] == versions.TENSORFLOW_RUNTIME_IMAGE and trainer["numNodes"] == 2
+    # the default TensorFlow image, as the stack's ECR copy of it (components/registry.py ImageMirror)
+    assert trainer["image"].startswith("123456789012.dkr.ecr.us-west-2.amazonaws.com/training-dev-mirror/docker.io/" + versions.TENSORFLOW_RUNTIME_IMAGE + "@sha256:") and trainer["numNodes"] == 2
     assert trainer["numProcPerNode"] == 1 and trainer["resourcesPerNode"]["limits"]["nvidia.com/gpu"] == 1  # one worker drives the node's GPUs
 
     assert check["spec"]["runtimeRef"]["name"] == runtimes["torch-distributed-gpu"]["metadata"]["name"]

@@ -326,7 +326,8 @@ def test_smoke_check_job_runs_on_one_gpu_of_the_gpu_pool_and_pulumi_waits_for_it
     assert pod["nodeSelector"][g.POOL_LABEL] == g.GPU_POOL and pod["nodeSelector"]["node.kubernetes.io/instance-type"] == "g5.xlarge"  # fewest GPUs in the pool
     assert kobs.tolerates(pod["tolerations"], g.GPU_TAINT) and pod["restartPolicy"] == "Never"
     c = pod["containers"][0]
-    assert c["resources"]["limits"]["nvidia.com/gpu"] == 1 and c["image"] == versions.WORKLOAD_BASE_IMAGE
+    # the training image's CUDA/PyTorch base, as the stack's ECR copy of it (components/registry.py ImageMirror)
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == 1 and c["image"].startswith("123456789012.dkr.ecr.us-west-2.amazonaws.com/training-dev-mirror/docker.io/" + versions.WORKLOAD_BASE_IMAGE + "@sha256:")
     assert c["command"][-1].startswith("nvidia-smi && exec python3 ")
     assert job["spec"]["backoffLimit"] <= 1 and "ttlSecondsAfterFinished" not in job["spec"]  # Pulumi keeps tracking the Job it waited for
     assert v.validate(job) == []

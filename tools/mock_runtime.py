@@ -94,6 +94,7 @@ class Registration:
     replace_on_changes: list[str] = field(default_factory=list)
     delete_before_replace: bool = False
     ignore_changes: list[str] = field(default_factory=list)
+    retain_on_delete: bool = False
     property_dependencies: dict[str, list[str]] = field(default_factory=dict)
 
     def to_plan(self) -> dict:
@@ -109,6 +110,7 @@ class Registration:
             **({"replaceOnChanges": self.replace_on_changes} if self.replace_on_changes else {}),
             **({"deleteBeforeReplace": True} if self.delete_before_replace else {}),
             **({"ignoreChanges": self.ignore_changes} if self.ignore_changes else {}),
+            **({"retainOnDelete": True} if self.retain_on_delete else {}),
         }
 
 
@@ -235,6 +237,8 @@ class PlanMocks(pmocks.Mocks):
             state["digest"] = "sha256:" + hashlib.sha256(built.encode()).hexdigest()
             tags = inputs.get("tags") or []
             state["ref"] = f"{tags[0]}@{state['digest']}" if tags else ""  # like the provider: the first tag, with the digest
+        if typ == "docker-build:index:Index":  # a pushed copy: the tag with the digest of what it copied (provider Index.Read)
+            state["ref"] = f"{inputs.get('tag')}@sha256:" + hashlib.sha256(json.dumps(inputs.get("sources"), sort_keys=True).encode()).hexdigest()
         if typ == "kubernetes:helm.sh/v3:Release":
             state.setdefault("status", {"name": inputs.get("name", name), "namespace": inputs.get("namespace"), "status": "deployed"})
         return rid, state
@@ -323,6 +327,7 @@ class RecordingMonitor(pmocks.MockMonitor):
             replace_on_changes=list(request.replaceOnChanges),
             delete_before_replace=bool(request.deleteBeforeReplace),
             ignore_changes=list(request.ignoreChanges),
+            retain_on_delete=bool(request.retainOnDelete),
             property_dependencies={k: list(v.urns) for k, v in request.propertyDependencies.items() if v.urns},
         )
         self.registrations.append(reg)
