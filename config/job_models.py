@@ -174,7 +174,7 @@ class TfJobSettings(JobSettings):
     PLATFORM_FLAGS: ClassVar[Mapping[str, str]] = {f: PLATFORM_FLAGS[f] for f in ("--epochs", "--checkpoint-dir")}
     enabled: Bool = opt(False, "create the TensorFlow (MNIST, MultiWorkerMirroredStrategy) TrainJob")
     gpus_per_node: Int | None = opt(None, "GPUs per node (one TensorFlow worker per node uses them all); unset = all GPUs of the type", ge=1)
-    image: str | None = opt(versions.TENSORFLOW_RUNTIME_IMAGE, "TensorFlow image (the program needs only TensorFlow); default: the tensorflow-distributed runtime's pinned image", check=_IMAGE_CHECK)
+    image: str | None = opt(versions.TENSORFLOW_RUNTIME_IMAGE, "TensorFlow image (the program needs only TensorFlow); unset: the stack's ECR copy of this pinned image (the tensorflow-distributed runtime's), made at deploy: the nodes never pull from Docker Hub", check=_IMAGE_CHECK)
     extra_args: list[str] = opt([], "extra command-line arguments for tf_mnist.py (not the flags the platform sets: --epochs, --checkpoint-dir)")
 
     def problems(self, path: str) -> Iterator[ConfigError]:
