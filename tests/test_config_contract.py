@@ -74,7 +74,7 @@ def test_snake_case_keys_are_python_only():
     assert TrainerSettings(max_restarts=9).max_restarts == 9
     assert EfaSettings(enabled=True, availability_zone="us-west-2a", instance_types=["p5.48xlarge"]).availability_zone == "us-west-2a"
     assert problems({"trainer": {"max_restarts": 9}}) == [
-        "invalid config training-platform:trainer.max_restarts = 9: unknown key; did you mean 'maxRestarts'? allowed keys: version, maxRestarts, shmSize, terminationGraceSeconds, progressInStatus, runtimes, allowUpgradeFrom"
+        "invalid config training-platform:trainer.max_restarts = 9: unknown key; did you mean 'maxRestarts'? allowed keys: version, maxRestarts, shmSize, terminationGraceSeconds, graceClasses, progressInStatus, runtimes, allowUpgradeFrom"
     ]
 
 
