@@ -63,8 +63,15 @@ class Tenants(pulumi.ComponentResource):
         reader_binding = self._apply(tn.runtime_reader_binding(list(teams)), reader)
         # what a team's TrainJob may change of its pods, checked by the API server (manifests/admission.py);
         # in place before any team principal gets access
-        policy = self._apply(admission.trainjob_policy([p.name for p in kq.pools(settings)]))
+        gpu_pools = kq.pools(settings)
+        policy = self._apply(admission.trainjob_policy(
+            [p.name for p in gpu_pools], instance_types=sorted({t for p in gpu_pools for t in p.instance_types}),
+            queue=tn.LOCAL_QUEUE if kueue is not None else None, priorities=list(kq.PRIORITIES),
+        ))
         policy_binding = self._apply(admission.trainjob_policy_binding(), policy)
+        # which ConfigMaps a team may create and delete (its code only, not what the platform publishes)
+        configmap_policy = self._apply(admission.configmap_policy())
+        fences = self._apply(admission.configmap_policy_binding(), configmap_policy, policy_binding)
         for team, tenant in teams.items():
             ns_name = settings.tenants.namespace_of(team)
             self.namespaces[team] = ns_name
@@ -88,7 +95,7 @@ class Tenants(pulumi.ComponentResource):
                     type="STANDARD",
                     kubernetes_groups=[tn.team_group(team)],
                     tags=tags,
-                    opts=pulumi.ResourceOptions(parent=self, depends_on=[binding, reader_binding, policy_binding]),
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[binding, reader_binding, fences]),
                 )
                 if tenant.namespace_view_policy:
                     aws.eks.AccessPolicyAssociation(

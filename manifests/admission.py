@@ -1,5 +1,6 @@
-"""Pure builders for the admission policy that fences what a team's TrainJob may change of the
-pods it runs: a ValidatingAdmissionPolicy (``admissionregistration.k8s.io/v1``, GA since
+"""Pure builders for the admission policies of the team namespaces: what a team's TrainJob may
+change of the pods it runs and of how it is queued, and which ConfigMaps a team may touch
+(:func:`configmap_policy`). Each a ValidatingAdmissionPolicy (``admissionregistration.k8s.io/v1``, GA since
 Kubernetes 1.30, evaluated by the API server itself) and its binding to the team namespaces.
 
 Why: the Trainer merges a TrainJob's pod customisation into the runtime's pods, and v2.3.0 does not
@@ -14,11 +15,27 @@ What a team may set, per pod spec in its patches (the Trainer's own fields it ma
 refused by the CRD schema anyway):
 
 * volumes: ``configMap``, ``persistentVolumeClaim``, ``emptyDir``, ``downwardAPI`` only;
-* nodeSelector: only the keys the platform's jobs use (instance type, zone, EFA, GPU pool) and
-  the pool only one of the GPU pools;
-* no node affinity; tolerations only of the GPU (and EFA) taints;
+* nodeSelector: only the keys the platform's jobs use (instance type, zone, EFA, GPU pool), and
+  their values only what a GPU pool's nodes carry: the pool one of the GPU pools, the instance type
+  one the GPU pools launch (never a system node group's type), EFA ``true``. Keys alone are not
+  enough: ``node.kubernetes.io/instance-type: c6i.2xlarge`` names the system nodes;
+* no affinity of any kind: node affinity could name the system nodes, and a required pod
+  anti-affinity is also checked against every pod that comes later (the scheduler's symmetry), so
+  one job could keep other teams' pods off a whole zone;
+* tolerations only of the GPU (and EFA) taints;
 * no privileged, privilege-escalating or capability-adding containers, no root user, no sysctls,
-  and no service account but the namespace's default.
+  and no service account but the namespace's default;
+* volume mounts: no ``subPathExpr`` and no ``subPath`` that is absolute or climbs (``..``);
+* labels and annotations of the JobSet, its Jobs and pods: none in the domains of the controllers
+  that queue, place or fence the job (Kueue, JobSet, the Trainer, Karpenter, Kubernetes, the platform).
+
+And of the TrainJob itself (:func:`trainjob_checks`): no owner (Kueue neither queues nor suspends a
+job whose controller owner is a job it manages: kueue v0.19.2 ``pkg/controller/jobframework``
+``IsOwnerManagedByKueueForObject``, ``FindAncestorJobManagedByKueue``), run by the Trainer
+(``spec.managedBy``), no Kueue labels but the queue and priority and no Kueue annotations, Kueue's
+own runtime patch empty; with Kueue, in the namespace's own queue, suspended (Kueue's defaulting
+webhook has run by then: validating admission follows all mutation) and of one of the platform's
+priorities.
 
 Only CREATE is checked: teams may create and delete TrainJobs but not update them (their Role,
 ``manifests/tenants.py`` TEAM_RULES); updates come from the controllers (Kueue writes its own patch with
@@ -27,50 +44,120 @@ the flavor's node labels, the Trainer its status).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from manifests.gpu_objects import EFA_LABEL, POOL_LABEL
-from manifests.tenants import TEAM_LABEL
+from manifests.tenants import QUEUE_LABEL, TEAM_LABEL, team_group
 
 POLICY_NAME = "training-platform-team-trainjobs"
 ALLOWED_VOLUMES = ("configMap", "persistentVolumeClaim", "emptyDir", "downwardAPI")
-ALLOWED_SELECTOR_KEYS = ("node.kubernetes.io/instance-type", "topology.kubernetes.io/zone", EFA_LABEL, POOL_LABEL)
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+ALLOWED_SELECTOR_KEYS = (INSTANCE_TYPE_LABEL, "topology.kubernetes.io/zone", EFA_LABEL, POOL_LABEL)
 ALLOWED_TOLERATION_KEYS = ("nvidia.com/gpu", "vpc.amazonaws.com/efa")
+# Label and annotation keys of the controllers that queue, place and fence a job: Kueue
+# (kueue.x-k8s.io), JobSet (jobset.sigs.k8s.io, alpha.jobset.sigs.k8s.io: its exclusive-placement
+# annotations add pod (anti-)affinity), the Trainer (trainer.kubeflow.org), Karpenter (karpenter.sh),
+# Kubernetes (kubernetes.io, k8s.io) and the platform (training-platform/): a domain or any subdomain.
+RESERVED_KEY_RE = "^([^/]*[.])?(x-k8s[.]io|k8s[.]io|kubernetes[.]io|kubeflow[.]org|karpenter[.]sh|training-platform)/"
+KUEUE_PREFIX = "kueue.x-k8s.io/"
+PRIORITY_LABEL = KUEUE_PREFIX + "priority-class"
+# kubeflow/trainer v2.3.0 pkg/apis/trainer/v1alpha1/trainjob_types.go ManagedBy: the default (the CRD
+# defaults it before admission); 'kueue.x-k8s.io/multikueue' hands the job to Kueue, and the Trainer
+# then never runs it
+TRAINER_MANAGER = "trainer.kubeflow.org/trainjob-controller"
+# The runtime patch Kueue's TrainJob webhook appends on create, empty (kueue v0.19.2
+# pkg/controller/jobs/trainjob/trainjob_webhook.go Default: manager runtimePatchManagerName,
+# trainingRuntimeSpec.template.spec {}); Kueue fills it with the flavor's node labels when it admits.
+KUEUE_PATCH_MANAGER_PREFIX = KUEUE_PREFIX
 
 
 def _cel_list(values) -> str:
     return "[" + ", ".join(f"'{v}'" for v in values) + "]"
 
 
-def _pod_checks(gpu_pools: list[str]) -> list[tuple[str, str]]:
+def _containers_all(check: str) -> str:
+    return f"ps.?containers.orValue([]).all(c, {check}) && ps.?initContainers.orValue([]).all(c, {check})"
+
+
+def _pod_checks(gpu_pools: Sequence[str], instance_types: Sequence[str]) -> list[tuple[str, str]]:
     """(CEL on ``ps``, a pod spec of the patch, that must hold; the refusal naming field and reason)."""
     volume_kinds = " || ".join(f"has(v.{k})" for k in ALLOWED_VOLUMES)
+    selector = "ps.?nodeSelector.orValue({})"
+    secure = "!c.?securityContext.?privileged.orValue(false) && !c.?securityContext.?allowPrivilegeEscalation.orValue(false) && c.?securityContext.?capabilities.?add.orValue([]).size() == 0 && c.?securityContext.?runAsUser.orValue(1) != 0"
+    mounts = "c.?volumeMounts.orValue([]).all(m, !m.?subPathExpr.hasValue() && !m.?subPath.orValue('').startsWith('/') && !m.?subPath.orValue('').matches('(^|/)[.][.](/|$)'))"
     return [
         (f"ps.?volumes.orValue([]).all(v, {volume_kinds})",
          f"volumes: a team's job may mount only {', '.join(ALLOWED_VOLUMES)} volumes (no hostPath, NFS or other storage outside the team's claims)"),
-        (f"ps.?nodeSelector.orValue({{}}).all(k, k in {_cel_list(ALLOWED_SELECTOR_KEYS)})",
+        (f"{selector}.all(k, k in {_cel_list(ALLOWED_SELECTOR_KEYS)})",
          f"nodeSelector: a team's job may select only {', '.join(ALLOWED_SELECTOR_KEYS)} (not the system nodes or a named node)"),
-        (f"!('{POOL_LABEL}' in ps.?nodeSelector.orValue({{}})) || ps.nodeSelector['{POOL_LABEL}'] in {_cel_list(gpu_pools)}",
+        (f"!('{POOL_LABEL}' in {selector}) || ps.nodeSelector['{POOL_LABEL}'] in {_cel_list(gpu_pools)}",
          f"nodeSelector.{POOL_LABEL}: must be one of the GPU pools ({', '.join(gpu_pools)})"),
-        ("!ps.?affinity.?nodeAffinity.hasValue()",
-         "affinity.nodeAffinity: a team's job may not set node affinity (its pool comes from the platform's selectors)"),
+        (f"!('{INSTANCE_TYPE_LABEL}' in {selector}) || ps.nodeSelector['{INSTANCE_TYPE_LABEL}'] in {_cel_list(instance_types)}",
+         f"nodeSelector.{INSTANCE_TYPE_LABEL}: must be an instance type the GPU pools launch (not a system node group's)"),
+        (f"!('{EFA_LABEL}' in {selector}) || ps.nodeSelector['{EFA_LABEL}'] == 'true'",
+         f"nodeSelector.{EFA_LABEL}: only 'true' (the EFA pools' nodes)"),
+        ("!ps.?affinity.hasValue()",
+         "affinity: a team's job may not set affinity (node affinity could name the system nodes; pod anti-affinity keeps other teams' pods away; its nodes come from the platform's selectors)"),
         (f"ps.?tolerations.orValue([]).all(t, t.?key.orValue('') in {_cel_list(ALLOWED_TOLERATION_KEYS)})",
          f"tolerations: a team's job may tolerate only {', '.join(ALLOWED_TOLERATION_KEYS)} (not every taint, not the system nodes')"),
-        ("ps.?containers.orValue([]).all(c, !c.?securityContext.?privileged.orValue(false) && !c.?securityContext.?allowPrivilegeEscalation.orValue(false) && c.?securityContext.?capabilities.?add.orValue([]).size() == 0 && c.?securityContext.?runAsUser.orValue(1) != 0)"
-         " && ps.?initContainers.orValue([]).all(c, !c.?securityContext.?privileged.orValue(false) && !c.?securityContext.?allowPrivilegeEscalation.orValue(false) && c.?securityContext.?capabilities.?add.orValue([]).size() == 0 && c.?securityContext.?runAsUser.orValue(1) != 0)",
+        (_containers_all(secure),
          "containers[].securityContext: a team's job may not run privileged, escalate privileges, add capabilities or run as root"),
         ("ps.?securityContext.?runAsUser.orValue(1) != 0 && ps.?securityContext.?sysctls.orValue([]).size() == 0",
          "securityContext: a team's job may not run as root or set sysctls"),
         ("ps.?serviceAccountName.orValue('default') == 'default'",
          "serviceAccountName: a team's job runs as the namespace's default service account"),
+        (_containers_all(mounts),
+         "containers[].volumeMounts[].subPath: a team's job may not use subPathExpr or a subPath that is absolute or climbs with '..' (a claim holds only the team's own directory)"),
     ]
 
 
-def trainjob_policy(gpu_pools: list[str]) -> dict:
-    """Every check against both TrainJob shapes: v2.2+ ``runtimePatches`` (each replicated job's pod
-    spec) and v2.1 ``podTemplateOverrides`` (each override's pod spec)."""
+def _reserved_keys_free(meta: str) -> str:
+    """CEL: the labels and annotations of ``meta`` (an optional metadata) use no reserved key."""
+    return f"{meta}.?labels.orValue({{}}).all(k, !k.matches('{RESERVED_KEY_RE}')) && {meta}.?annotations.orValue({{}}).all(k, !k.matches('{RESERVED_KEY_RE}'))"
+
+
+METADATA_WHY = (
+    "metadata: a team's job may not set labels or annotations of the controllers that queue, place or fence it "
+    "(kueue.x-k8s.io, jobset.sigs.k8s.io, trainer.kubeflow.org, karpenter.sh, kubernetes.io, k8s.io, training-platform/)"
+)
+
+
+def trainjob_checks(*, queue: str | None, priorities: Sequence[str]) -> list[tuple[str, str]]:
+    """(CEL on the TrainJob ``object`` that must hold; the refusal naming field and reason).
+    ``queue``: the LocalQueue every team namespace has when Kueue runs (None without Kueue)."""
+    labels = "object.metadata.?labels.orValue({})"
+    kueue_patches = f"object.spec.?runtimePatches.orValue([]).filter(p, p.manager.startsWith('{KUEUE_PATCH_MANAGER_PREFIX}'))"
+    checks = [
+        ("object.metadata.?ownerReferences.orValue([]).size() == 0",
+         "metadata.ownerReferences: a team's job has no owner (Kueue neither queues nor suspends a job owned by a job it manages)"),
+        (f"object.spec.?managedBy.orValue('{TRAINER_MANAGER}') == '{TRAINER_MANAGER}'",
+         f"spec.managedBy: a team's job is run by the Trainer ({TRAINER_MANAGER})"),
+        (f"{labels}.all(k, !k.startsWith('{KUEUE_PREFIX}') || k in ['{QUEUE_LABEL}', '{PRIORITY_LABEL}']) && object.metadata.?annotations.orValue({{}}).all(k, !k.startsWith('{KUEUE_PREFIX}'))",
+         f"metadata: a team's job may carry no Kueue label but {QUEUE_LABEL} and {PRIORITY_LABEL}, and no Kueue annotation"),
+        (f"{kueue_patches}.size() <= 1 && {kueue_patches}.all(p, !p.?trainingRuntimeSpec.?template.?spec.?replicatedJobs.hasValue() && !p.?trainingRuntimeSpec.?template.?metadata.hasValue())",
+         f"spec.runtimePatches[].manager: a patch whose manager is {KUEUE_PATCH_MANAGER_PREFIX}... is Kueue's own (empty until Kueue admits the job), not the team's"),
+    ]
+    if queue is not None:
+        checks += [
+            (f"'{QUEUE_LABEL}' in {labels} && {labels}['{QUEUE_LABEL}'] == '{queue}'",
+             f"metadata.labels.{QUEUE_LABEL}: a team's job waits in its namespace's queue '{queue}' (its own quota), nowhere else"),
+            ("object.spec.?suspend.orValue(false) == true",
+             "spec.suspend: a team's job starts suspended, until Kueue admits it within the team's quota"),
+            (f"!('{PRIORITY_LABEL}' in {labels}) || {labels}['{PRIORITY_LABEL}'] in {_cel_list(priorities)}",
+             f"metadata.labels.{PRIORITY_LABEL}: one of the platform's priorities ({', '.join(priorities)})"),
+        ]
+    return checks
+
+
+def trainjob_policy(gpu_pools: Sequence[str], *, instance_types: Sequence[str], queue: str | None = None, priorities: Sequence[str] = ()) -> dict:
+    """Every pod check against both TrainJob shapes: v2.2+ ``runtimePatches`` (each replicated job's
+    pod spec) and v2.1 ``podTemplateOverrides`` (each override's pod spec); the metadata check on
+    every level they carry; and the TrainJob's own checks. ``instance_types``: every type the GPU
+    pools launch; ``queue``: the namespace's LocalQueue with Kueue, ``priorities`` its priority classes."""
     patches = "object.spec.?runtimePatches.orValue([])"
     overrides = "object.spec.?podTemplateOverrides.orValue([])"
     validations = []
-    for check, why in _pod_checks(gpu_pools):
+    for check, why in _pod_checks(gpu_pools, instance_types):
         in_patch = f"p.?trainingRuntimeSpec.?template.?spec.?replicatedJobs.orValue([]).all(j, !j.?template.?spec.?template.?spec.hasValue() || [j.template.spec.template.spec].all(ps, {check}))"
         validations.append({
             "expression": f"{patches}.all(p, {in_patch})",
@@ -82,6 +169,15 @@ def trainjob_policy(gpu_pools: list[str]) -> dict:
             "message": f"spec.podTemplateOverrides[].spec.{why}",
             "reason": "Forbidden",
         })
+    jobs = "p.?trainingRuntimeSpec.?template.?spec.?replicatedJobs.orValue([])"
+    meta_in_patch = " && ".join([
+        _reserved_keys_free("p.?trainingRuntimeSpec.?template.?metadata"),
+        f"{jobs}.all(j, {_reserved_keys_free('j.?template.?metadata')} && {_reserved_keys_free('j.?template.?spec.?template.?metadata')})",
+    ])
+    validations.append({"expression": f"{patches}.all(p, {meta_in_patch})", "message": f"spec.runtimePatches[].trainingRuntimeSpec.template(.spec.replicatedJobs[].template(.spec.template)).{METADATA_WHY}", "reason": "Forbidden"})
+    validations.append({"expression": f"{overrides}.all(o, {_reserved_keys_free('o.?metadata')})", "message": f"spec.podTemplateOverrides[].{METADATA_WHY}", "reason": "Forbidden"})
+    for check, why in trainjob_checks(queue=queue, priorities=priorities):
+        validations.append({"expression": check, "message": why, "reason": "Forbidden"})
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
@@ -102,6 +198,52 @@ def trainjob_policy_binding() -> dict:
         "metadata": {"name": POLICY_NAME},
         "spec": {
             "policyName": POLICY_NAME,
+            "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchExpressions": [{"key": TEAM_LABEL, "operator": "Exists"}]}},
+        },
+    }
+
+
+CONFIGMAP_POLICY_NAME = "training-platform-team-configmaps"
+CODE_CONFIGMAP_PREFIX = "training-code-"
+"""How code ConfigMaps are named (``manifests/trainjobs.py`` code_configmap_name; trainctl's too)."""
+
+
+def configmap_policy() -> dict:
+    """What a team's principals may do with ConfigMaps in their namespace. Their Role lets them
+    create and delete ConfigMaps (their code); RBAC cannot narrow ``create`` by name, and a delete
+    by name would have to list every name. Without this, a team could delete ``platform-facts``
+    (what the platform publishes to trainctl) or ``kube-root-ca.crt`` (the cluster CA its pods
+    trust) and create its own in its place. So, for requests from a team group only, the
+    ConfigMap created, changed or deleted must be a code ConfigMap (``training-code-<hash>``) and
+    carry no platform label."""
+    cm = "variables.cm"
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": CONFIGMAP_POLICY_NAME},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE", "DELETE"], "resources": ["configmaps"]}]},
+            "matchConditions": [{"name": "team-principal", "expression": f"request.userInfo.groups.exists(g, g.startsWith('{team_group('')}'))"}],
+            "variables": [{"name": "cm", "expression": "request.operation == 'DELETE' ? oldObject : object"}],
+            "validations": [{
+                "expression": f"{cm}.metadata.name.startsWith('{CODE_CONFIGMAP_PREFIX}') && !('{TEAM_LABEL}' in {cm}.metadata.?labels.orValue({{}}))",
+                "message": f"configmaps: a team creates and deletes only its code ConfigMaps ({CODE_CONFIGMAP_PREFIX}<hash>)",
+                "messageExpression": f"'configmaps/' + {cm}.metadata.name + ': a team creates and deletes only its code ConfigMaps ({CODE_CONFIGMAP_PREFIX}<hash>, as trainctl names them); what the platform publishes in the namespace is not for the team to change'",
+                "reason": "Forbidden",
+            }],
+        },
+    }
+
+
+def configmap_policy_binding() -> dict:
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": CONFIGMAP_POLICY_NAME},
+        "spec": {
+            "policyName": CONFIGMAP_POLICY_NAME,
             "validationActions": ["Deny"],
             "matchResources": {"namespaceSelector": {"matchExpressions": [{"key": TEAM_LABEL, "operator": "Exists"}]}},
         },

@@ -3,19 +3,29 @@ API server in tests/e2e/test_isolation.py (hostile and normal TrainJobs of both 
 
 from __future__ import annotations
 
-from manifests import admission
+import re
+
+import pytest
+
+from manifests import admission, platform_facts
+from manifests import kueue as kq
+from manifests import tenants as tn
+from manifests import trainjobs as tj
 from manifests.tenants import TEAM_LABEL
 from tests.conftest import dev_config, objects, run_config
 from tests.test_tenants import TWO_TEAMS
 
 
-def _rendered() -> dict[str, dict]:
-    return {o["kind"]: o for o in objects(run_config(dev_config(**TWO_TEAMS))).values() if o["kind"].startswith("ValidatingAdmissionPolicy")}
+def _rendered_all() -> list[dict]:
+    return [o for o in objects(run_config(dev_config(**TWO_TEAMS))).values() if o["kind"].startswith("ValidatingAdmissionPolicy")]
+
+
+def _policy(name: str, kind: str = "ValidatingAdmissionPolicy") -> dict:
+    return next(o for o in _rendered_all() if o["kind"] == kind and o["metadata"]["name"] == name)
 
 
 def test_teams_get_the_policy_bound_to_every_team_namespace_denying():
-    found = _rendered()
-    policy, binding = found["ValidatingAdmissionPolicy"], found["ValidatingAdmissionPolicyBinding"]
+    policy, binding = _policy(admission.POLICY_NAME), _policy(admission.POLICY_NAME, "ValidatingAdmissionPolicyBinding")
     assert binding["spec"]["policyName"] == policy["metadata"]["name"]
     assert binding["spec"]["validationActions"] == ["Deny"]
     assert binding["spec"]["matchResources"]["namespaceSelector"] == {"matchExpressions": [{"key": TEAM_LABEL, "operator": "Exists"}]}
@@ -24,10 +34,10 @@ def test_teams_get_the_policy_bound_to_every_team_namespace_denying():
 
 
 def test_every_check_covers_both_trainer_shapes_and_names_its_field():
-    validations = admission.trainjob_policy(["gpu-pool"])["spec"]["validations"]
-    checks = admission._pod_checks(["gpu-pool"])
-    assert len(validations) == 2 * len(checks)
-    for (expression, why), patch, override in zip(checks, validations[::2], validations[1::2], strict=True):
+    validations = admission.trainjob_policy(["gpu-pool"], instance_types=["g5.xlarge"])["spec"]["validations"]
+    checks = admission._pod_checks(["gpu-pool"], ["g5.xlarge"])
+    pod_validations = validations[: 2 * len(checks)]
+    for (expression, why), patch, override in zip(checks, pod_validations[::2], pod_validations[1::2], strict=True):
         assert expression in patch["expression"] and "runtimePatches" in patch["expression"]
         assert expression in override["expression"] and "podTemplateOverrides" in override["expression"]
         field = why.split(":", 1)[0]
@@ -36,7 +46,7 @@ def test_every_check_covers_both_trainer_shapes_and_names_its_field():
 
 
 def test_the_pool_check_lists_exactly_the_gpu_pools():
-    policy = admission.trainjob_policy(["gpu-pool", "gpu-efa-32nc"])
+    policy = admission.trainjob_policy(["gpu-pool", "gpu-efa-32nc"], instance_types=["g5.xlarge"])
     text = str(policy)
     assert "['gpu-pool', 'gpu-efa-32nc']" in text
     assert "system" not in str([v["expression"] for v in policy["spec"]["validations"]])
@@ -44,3 +54,67 @@ def test_the_pool_check_lists_exactly_the_gpu_pools():
 
 def test_no_policy_without_teams():
     assert not [o for o in objects(run_config(dev_config())).values() if o["kind"].startswith("ValidatingAdmissionPolicy")]
+
+
+def test_the_configmap_policy_is_bound_to_team_namespaces_for_team_principals_only():
+    policy = _policy(admission.CONFIGMAP_POLICY_NAME)
+    binding = _policy(admission.CONFIGMAP_POLICY_NAME, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"]["policyName"] == admission.CONFIGMAP_POLICY_NAME and binding["spec"]["validationActions"] == ["Deny"]
+    assert binding["spec"]["matchResources"]["namespaceSelector"] == {"matchExpressions": [{"key": TEAM_LABEL, "operator": "Exists"}]}
+    rule = policy["spec"]["matchConstraints"]["resourceRules"][0]
+    assert rule["resources"] == ["configmaps"] and set(rule["operations"]) == {"CREATE", "UPDATE", "DELETE"}
+    # only requests of a team's group: the platform (and the cluster CA publisher) keep theirs
+    assert f"'{tn.team_group('')}'" in policy["spec"]["matchConditions"][0]["expression"]
+    assert tn.team_group("vision").startswith(tn.team_group(""))
+    check = policy["spec"]["validations"][0]["expression"]
+    assert f"startsWith('{admission.CODE_CONFIGMAP_PREFIX}')" in check and TEAM_LABEL in check
+
+
+def test_code_configmaps_are_named_with_the_prefix_the_policy_allows():
+    assert tj.code_configmap_name({"train.py": "print(1)"}).startswith(admission.CODE_CONFIGMAP_PREFIX)
+    assert not platform_facts.CONFIGMAP.startswith(admission.CODE_CONFIGMAP_PREFIX)
+
+
+def test_instance_types_a_team_may_select_are_exactly_the_gpu_pools_never_a_system_groups():
+    run = run_config(dev_config(**TWO_TEAMS))
+    pools = {v for o in objects(run).values() if o["kind"] == "NodePool" for r in o["spec"]["template"]["spec"]["requirements"] if r["key"] == admission.INSTANCE_TYPE_LABEL for v in r["values"]}
+    system = {r.inputs["instanceTypes"][0] for r in run.by_type("eks:index:ManagedNodeGroup")}
+    expression = next(v["expression"] for v in _policy(admission.POLICY_NAME)["spec"]["validations"] if f"ps.nodeSelector['{admission.INSTANCE_TYPE_LABEL}'] in" in v["expression"])
+    allowed = set(re.findall(r"'([a-z0-9]+\.[a-z0-9]+)'", expression.split(f"ps.nodeSelector['{admission.INSTANCE_TYPE_LABEL}'] in", 1)[1]))
+    assert pools and system and allowed == pools
+    assert not allowed & system
+
+
+def test_with_kueue_a_teams_job_must_be_in_its_own_queue_suspended_with_a_platform_priority():
+    messages = {v["message"].split(":", 1)[0]: v["expression"] for v in _policy(admission.POLICY_NAME)["spec"]["validations"]}
+    assert f"{tn.QUEUE_LABEL}'] == '{tn.LOCAL_QUEUE}'" in messages[f"metadata.labels.{tn.QUEUE_LABEL}"]
+    assert messages["spec.suspend"] == "object.spec.?suspend.orValue(false) == true"
+    assert str(list(kq.PRIORITIES)) in messages[f"metadata.labels.{kq.PRIORITY_LABEL}"]
+    assert messages["metadata.ownerReferences"] == "object.metadata.?ownerReferences.orValue([]).size() == 0"
+    assert "trainer.kubeflow.org/trainjob-controller" in messages["spec.managedBy"]
+    assert admission.PRIORITY_LABEL == kq.PRIORITY_LABEL
+
+
+def test_without_kueue_no_queue_is_required_but_the_owner_and_manager_fences_stay():
+    fields = {v["message"].split(":", 1)[0] for v in admission.trainjob_policy(["gpu-pool"], instance_types=["g5.xlarge"])["spec"]["validations"]}
+    assert "spec.suspend" not in fields and f"metadata.labels.{tn.QUEUE_LABEL}" not in fields
+    assert {"metadata.ownerReferences", "spec.managedBy"} <= fields
+
+
+@pytest.mark.parametrize("key,reserved", [
+    ("kueue.x-k8s.io/queue-name", True), ("kueue.x-k8s.io/managed", True), ("alpha.jobset.sigs.k8s.io/exclusive-topology", True),
+    ("jobset.sigs.k8s.io/jobset-name", True), ("trainer.kubeflow.org/trainjob-ancestor-step", True), ("karpenter.sh/do-not-disrupt", True),
+    ("kubernetes.io/arch", True), ("node.kubernetes.io/instance-type", True), ("training-platform/team", True), ("k8s.io/x", True),
+    ("app", False), ("example.com/owner", False), ("my-training-platform/x", False), ("kubernetes.io.example.com/x", False), ("team", False),
+])
+def test_reserved_label_keys_are_the_controllers_domains_and_subdomains(key, reserved):
+    # RE2 (CEL's matches) and Python's re agree on this pattern: anchors, classes, alternation only
+    assert bool(re.search(admission.RESERVED_KEY_RE, key)) is reserved
+
+
+@pytest.mark.parametrize("sub_path,refused", [("../nlp", True), ("x/../../nlp", True), ("..", True), ("a/..", True), ("run-1/ckpt", False), ("..hidden", False), ("a..b/c", False)])
+def test_sub_paths_that_climb_are_recognised(sub_path, refused):
+    check = next(c for c, why in admission._pod_checks(["gpu-pool"], ["g5.xlarge"]) if why.startswith("containers[].volumeMounts"))
+    found = re.search(r"matches\('([^']+)'\)", check)
+    assert found is not None, check
+    assert bool(re.search(found.group(1), sub_path)) is refused

@@ -9,7 +9,7 @@ import copy
 import pytest
 
 from manifests import trainer_api
-from tests.e2e.conftest import wait_for
+from tests.e2e.conftest import stack_file, wait_for
 from tests.e2e.test_teams import STACK, TRAINJOB, _torch_runtime, as_team, submit, submit_code, team_job
 from tools.cluster.client import ApiError
 
@@ -21,6 +21,11 @@ def team(clusters):
     return up, as_team(up, access, "vision")
 
 
+def pool_instance_types(up) -> list[str]:
+    """Every instance type the stack's NodePools may launch (their instance-type requirement)."""
+    return sorted({v for o in up.plan.objects if o["kind"] == "NodePool" for r in o["spec"]["template"]["spec"]["requirements"] if r["key"] == "node.kubernetes.io/instance-type" for v in r["values"]})
+
+
 def _hostile(tmp_path, up, name: str, change) -> tuple[dict, dict]:
     configmap, job = team_job(tmp_path, "vision", name=name, runtime_name=_torch_runtime(up))
     job = copy.deepcopy(job)
@@ -28,16 +33,51 @@ def _hostile(tmp_path, up, name: str, change) -> tuple[dict, dict]:
     return configmap, job
 
 
+def _required(key: str, op: str, values: list[str] | None = None) -> dict:
+    term = {"key": key, "operator": op, **({"values": values} if values else {})}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [term]}]}}}
+
+
+def _mount(ps: dict, **mount) -> None:
+    """The checkpoint mount of the node container, changed (volumeMounts are a list keyed by name)."""
+    next(m for m in ps["containers"][0]["volumeMounts"] if m["name"] == "checkpoints").update(mount)
+
+
+# the system node groups of the stack (what a team must never land on)
+SYSTEM_GROUPS = stack_file(STACK)["config"]["training-platform:nodeGroups"]
+SYSTEM_TYPES = sorted(g["instanceType"] for g in SYSTEM_GROUPS.values())
 ESCAPES = {
     "nfs-volume": (lambda ps: ps["volumes"].append({"name": "x", "nfs": {"server": "10.0.0.1", "path": "/"}}), "volumes"),
     "host-path-volume": (lambda ps: ps["volumes"].append({"name": "x", "hostPath": {"path": "/var/run"}}), "volumes"),
+    "ephemeral-volume-naming-a-volume": (lambda ps: ps["volumes"].append({"name": "x", "ephemeral": {"volumeClaimTemplate": {"spec": {"accessModes": ["ReadWriteMany"], "volumeName": "checkpoints-nlp", "storageClassName": "", "resources": {"requests": {"storage": "1Gi"}}}}}}), "volumes"),
+    "csi-inline-volume": (lambda ps: ps["volumes"].append({"name": "x", "csi": {"driver": "fsx.csi.aws.com", "volumeAttributes": {"mountname": "fsx/tenants/nlp"}}}), "volumes"),
+    "secret-volume": (lambda ps: ps["volumes"].append({"name": "x", "secret": {"secretName": "any"}}), "volumes"),
+    "projected-token": (lambda ps: ps["volumes"].append({"name": "x", "projected": {"sources": [{"serviceAccountToken": {"path": "t", "audience": "sts.amazonaws.com"}}]}}), "volumes"),
     "system-node-selector": (lambda ps: ps["nodeSelector"].update({"training-platform/node-role": "system"}), "nodeSelector"),
+    "system-arch-selector": (lambda ps: ps["nodeSelector"].update({"training-platform/arch": "arm64"}), "nodeSelector"),
+    "arm-only-selector": (lambda ps: ps["nodeSelector"].update({"kubernetes.io/arch": "arm64"}), "nodeSelector"),
+    "node-group-selector": (lambda ps: ps["nodeSelector"].update({"eks.amazonaws.com/nodegroup": "x86"}), "nodeSelector"),
+    "hostname-selector": (lambda ps: ps["nodeSelector"].update({"kubernetes.io/hostname": "x86-0"}), "nodeSelector"),
     "system-pool": (lambda ps: ps["nodeSelector"].update({"training-platform/pool": "system-nodes"}), "nodeSelector.training-platform/pool"),
-    "node-affinity": (lambda ps: ps.update({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "eks.amazonaws.com/nodegroup", "operator": "Exists"}]}]}}}}), "affinity.nodeAffinity"),
+    **{f"system-instance-type-{t}": (lambda ps, t=t: ps["nodeSelector"].update({"node.kubernetes.io/instance-type": t}), "nodeSelector.node.kubernetes.io/instance-type") for t in SYSTEM_TYPES},
+    "cpu-instance-type": (lambda ps: ps["nodeSelector"].update({"node.kubernetes.io/instance-type": "m5.large"}), "nodeSelector.node.kubernetes.io/instance-type"),
+    "efa-label-value": (lambda ps: ps["nodeSelector"].update({"training-platform/efa": "false"}), "nodeSelector.training-platform/efa"),
+    "node-affinity": (lambda ps: ps.update({"affinity": _required("eks.amazonaws.com/nodegroup", "Exists")}), "affinity"),
+    "node-affinity-system-type": (lambda ps: ps.update({"affinity": _required("node.kubernetes.io/instance-type", "In", SYSTEM_TYPES)}), "affinity"),
+    "preferred-node-affinity": (lambda ps: ps.update({"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "preference": {"matchExpressions": [{"key": "training-platform/node-role", "operator": "In", "values": ["system"]}]}}]}}}), "affinity"),
+    "pod-affinity-to-system-pods": (lambda ps: ps.update({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "kubernetes.io/hostname", "namespaceSelector": {}, "labelSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}]}}}), "affinity"),
+    "zone-wide-anti-affinity": (lambda ps: ps.update({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "topology.kubernetes.io/zone", "namespaceSelector": {}, "labelSelector": {}}]}}}), "affinity"),
     "tolerate-all": (lambda ps: ps.update({"tolerations": [{"operator": "Exists"}]}), "tolerations"),
+    "tolerate-critical-addons": (lambda ps: ps.update({"tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}]}), "tolerations"),
+    "tolerate-control-plane": (lambda ps: ps.update({"tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}]}), "tolerations"),
+    "tolerate-unschedulable": (lambda ps: ps.update({"tolerations": [{"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}]}), "tolerations"),
     "privileged": (lambda ps: ps["containers"][0].update({"securityContext": {"privileged": True}}), "securityContext"),
     "root": (lambda ps: ps.update({"securityContext": {"runAsUser": 0}}), "securityContext"),
     "service-account": (lambda ps: ps.update({"serviceAccountName": "builder"}), "serviceAccountName"),
+    "sub-path-climbs": (lambda ps: _mount(ps, subPath="../nlp"), "containers[].volumeMounts[].subPath"),
+    "sub-path-climbs-deeper": (lambda ps: _mount(ps, subPath="x/../../nlp"), "containers[].volumeMounts[].subPath"),
+    "sub-path-absolute": (lambda ps: _mount(ps, subPath="/fs/tenants/nlp"), "containers[].volumeMounts[].subPath"),
+    "sub-path-expr": (lambda ps: _mount(ps, subPathExpr="$(NODE_NAME)/.."), "containers[].volumeMounts[].subPath"),
 }
 
 
@@ -133,7 +173,7 @@ def test_trainer_v2_1_pod_template_overrides_are_fenced_the_same_way(clusters, t
     up = clusters.get("workshop")
     admin = up.client()
     admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-v21", "labels": {TEAM_LABEL: "team-v21"}}})
-    admin.apply(admission.trainjob_policy(["gpu-pool"]))
+    admin.apply(admission.trainjob_policy(["gpu-pool"], instance_types=pool_instance_types(up)))
     admin.apply(admission.trainjob_policy_binding())
     runtime = next(o["metadata"]["name"] for o in up.plan.objects if o["kind"] == "ClusterTrainingRuntime" and o["metadata"]["labels"].get("training-platform/runtime") == "torch-distributed-gpu")
     (tmp_path / "train.py").write_text("print(1)\n")
