@@ -59,6 +59,10 @@ TEAM_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     # the runtimes a job can run on (trainctl's runtime lookup, the Kubeflow SDK's get_job/list_runtimes)
     {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainingruntimes"], "verbs": ["get", "list", "watch"]},
+    # the team's queue as Kueue sees it (trainctl usage, the portal's queue position and GPU use): its Workloads and
+    # LocalQueue, and the LocalQueue's pending list (kueue v0.19.2 config/components/rbac/pending_workloads_lq_viewer_role.yaml)
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads", "localqueues"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["visibility.kueue.x-k8s.io"], "resources": ["localqueues/pendingworkloads"], "verbs": ["get", "list", "watch"]},
 ]
 
 RUNTIME_READER = "training-platform:runtime-reader"

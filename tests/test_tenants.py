@@ -96,6 +96,8 @@ def test_team_role_is_exactly_trainjobs_configmaps_and_reading_pods_logs_events(
         | {("", "events", verb) for verb in read}
         | {("", "pods/log", "get")}
         | {("trainer.kubeflow.org", "trainingruntimes", verb) for verb in read}
+        | {("kueue.x-k8s.io", r, verb) for r in ("workloads", "localqueues") for verb in read}
+        | {("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads", verb) for verb in read}
     )
     assert grants == expected
     # cluster-wide: only reading the ClusterTrainingRuntimes, bound to the teams' groups

@@ -5,6 +5,7 @@
     trainctl submit --local [--nodes N] [--name NAME] CODE_DIR -- COMMAND...   (on this machine)
     trainctl list | status NAME | logs NAME [--node K] [--follow] | delete NAME | diagnose NAME  (each with --local)
     trainctl runtimes | usage [--since 7d] [--team T] [-A] [--csv]
+    trainctl ui [--kubeconfig K] [--context C] [--namespace NS] [--port P]   (the teams' portal on 127.0.0.1)
 
 The kubeconfig comes from ``--kubeconfig``, else ``$KUBECONFIG``, else ``~/.kube/config``; the
 namespace from ``--namespace``, else the kubeconfig context's. Tables for people; ``--output
@@ -18,27 +19,18 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import yaml
 from urllib3.exceptions import HTTPError
 
 import versions
 from manifests.tenants import QUEUE_LABEL
-from trainctl import diagnose, local, objects, progress, usage
+from trainctl import diagnose, jobstate, local, objects, progress, usage
 from trainctl.code import CodeError, collect
+from trainctl.jobstate import KUEUE_PENDING, KUEUE_STARTED, RESTART_LABEL, admission, last_failure, phase, restarts, status_report, times  # noqa: F401  (trainctl.cli's interface)
 from trainctl.kube import ClusterError, KubeApi, default_namespace, unreachable
 from trainctl.reports import _print_findings, _table, cmd_local, cmd_submit_local, emit, print_usage
-
-RESTART_LABEL = "jobset.sigs.k8s.io/restart-attempt"
-"""The JobSet restart attempt a pod belongs to (kubernetes-sigs/jobset pkg/constants RestartsKey)."""
-KUEUE_STARTED = "Started"
-"""Kueue's event on a job it admitted, "Admitted by clusterQueue <name>" (kubernetes-sigs/kueue
-v0.19.2 pkg/controller/jobframework/reconciler.go startJob)."""
-KUEUE_PENDING = "Pending"
-"""Kueue's event on a Workload it could not admit, with the reason (kueue v0.19.2
-pkg/scheduler/scheduler.go requeueAndUpdate). A TrainJob's Workload is named
-``trainjob-<job name>-<hash>`` (kueue pkg/controller/jobframework/workload_names.go)."""
 
 
 class UsageError(Exception):
@@ -100,6 +92,9 @@ def parser() -> Parser:
     _common(p)
     p.add_argument("--local", action="store_true", help="a job run on this machine")
     p.add_argument("name", metavar="NAME")
+    from trainctl import ui
+
+    ui.add_parser(sub)
     p = sub.add_parser("logs", help="logs of one node of a TrainJob")
     _common(p)
     p.add_argument("--local", action="store_true", help="a job run on this machine (default: every node)")
@@ -113,94 +108,6 @@ def parser() -> Parser:
 
 
 # --- status ----------------------------------------------------------------------------------
-
-
-def _conditions(tj: dict) -> dict[str, dict]:
-    return {c["type"]: c for c in (tj.get("status") or {}).get("conditions") or []}
-
-
-def phase(tj: dict) -> str:
-    """Complete, Failed, Queued (suspended with a Kueue queue label), Suspended, Running (a node
-    Job has active pods) or Created."""
-    conds = _conditions(tj)
-    for final in ("Complete", "Failed"):
-        if conds.get(final, {}).get("status") == "True":
-            return final
-    if conds.get("Suspended", {}).get("status") == "True":
-        return "Queued" if QUEUE_LABEL in (tj["metadata"].get("labels") or {}) else "Suspended"
-    jobs = (tj.get("status") or {}).get("jobsStatus") or []
-    if any(j.get("active", 0) or j.get("ready", 0) for j in jobs):
-        return "Running"
-    return "Created"
-
-
-def _latest(events: list[dict], reason: str | None = None) -> dict | None:
-    picked = [e for e in events if reason is None or e.get("reason") == reason]
-    return max(picked, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or e.get("firstTimestamp") or "", default=None)
-
-
-def admission(tj: dict, job_events: list[dict], workload_events: list[dict]) -> str:
-    """Admitted or queued and why, from Kueue's events (the job's "Started", its Workload's "Pending")."""
-    queue = (tj["metadata"].get("labels") or {}).get(QUEUE_LABEL)
-    if not queue:
-        return "not queued (no Kueue queue label)"
-    started = _latest(job_events, KUEUE_STARTED)
-    if phase(tj) != "Queued" and started:
-        return f"admitted: {started.get('message')}"
-    pending = _latest(workload_events, KUEUE_PENDING)
-    if phase(tj) == "Queued":
-        return f"queued in {queue}: {pending.get('message')}" if pending else f"queued in {queue}: waiting for Kueue to consider it"
-    return f"queue {queue}"
-
-
-def restarts(pods: list[dict]) -> int:
-    return max((int((p["metadata"].get("labels") or {}).get(RESTART_LABEL, 0)) for p in pods), default=0)
-
-
-def times(tj: dict, pods: list[dict]) -> tuple[str | None, str | None]:
-    """(started: the first pod start, finished: when Complete or Failed became true)."""
-    starts = sorted(s for p in pods if (s := (p.get("status") or {}).get("startTime")))
-    conds = _conditions(tj)
-    finished = next((conds[t].get("lastTransitionTime") for t in ("Complete", "Failed") if conds.get(t, {}).get("status") == "True"), None)
-    return (starts[0] if starts else None), finished
-
-
-def last_failure(tj: dict, pods: list[dict], job_events: list[dict]) -> str | None:
-    """The Failed condition's reason and message, else the latest container that ended with a
-    non-zero exit code, else the latest Warning event on the job."""
-    failed = _conditions(tj).get("Failed")
-    if failed and failed.get("status") == "True":
-        return f"{failed.get('reason')}: {failed.get('message')}"
-    ended = []
-    for p in pods:
-        for cs in (p.get("status") or {}).get("containerStatuses") or []:
-            for state in (cs.get("state") or {}, cs.get("lastState") or {}):
-                term = state.get("terminated")
-                if term and term.get("exitCode", 0) != 0:
-                    ended.append((term.get("finishedAt") or "", f"pod {p['metadata']['name']} container {cs['name']} exited {term['exitCode']} ({term.get('reason') or 'Error'})"))
-    if ended:
-        return max(ended)[1]
-    warning = _latest([e for e in job_events if e.get("type") == "Warning"])
-    return f"{warning.get('reason')}: {warning.get('message')}" if warning else None
-
-
-def status_report(tj: dict, pods: list[dict], job_events: list[dict], workload_events: list[dict], steps: list[Any]) -> dict:
-    started, finished = times(tj, pods)
-    trainer = tj["spec"].get("trainer") or {}
-    return {
-        "name": tj["metadata"]["name"],
-        "namespace": tj["metadata"].get("namespace"),
-        "phase": phase(tj),
-        "admission": admission(tj, job_events, workload_events),
-        "runtime": tj["spec"]["runtimeRef"]["name"],
-        "nodes": trainer.get("numNodes"),
-        "restarts": restarts(pods),
-        "created": tj["metadata"].get("creationTimestamp"),
-        "started": started,
-        "finished": finished,
-        "lastFailure": last_failure(tj, pods, job_events),
-        "steps": [{"name": s.name, "status": s.status, "pod": s.pod_name} for s in steps],
-    }
 
 
 # --- commands --------------------------------------------------------------------------------
@@ -233,27 +140,9 @@ def cmd_submit(args: argparse.Namespace, command: list[str]) -> int:
             print(yaml.safe_dump_all([cm, tj], sort_keys=False), end="")
         return 0
     cluster = KubeApi(namespace=args.namespace, kubeconfig=args.kubeconfig, context=args.context)
-    for group, resource in (("trainer.kubeflow.org", "trainjobs"), ("", "configmaps")):
-        allowed, reason = cluster.can("create", group, resource)
-        if not allowed:
-            raise ClusterError(f"you may not create {resource} in namespace {args.namespace}" + (f" ({reason})" if reason else "") + ": ask the platform team for access to it")
-    version = args.trainer_version or cluster.served_trainer_version()
-    if args.runtime_name or req.grace_seconds is None:
-        runtime_name = args.runtime_name or cluster.current_runtime(objects.RUNTIMES[req.runtime])
-    else:  # the runtime's variant with that grace period, if the platform offers one
-        runtime_name = objects.runtime_for(req, cluster.runtimes_of(objects.RUNTIMES[req.runtime]))
-    req = objects.Request(**{**req.__dict__, "trainer_version": version, "runtime_name": runtime_name})
-    req = objects.with_facts(req, cluster.platform_facts(), instance_type_given=args.instance_type is not None)
-    objects.check(req)
-    cm, tj = objects.build(req, bundle)
-    created_cm = cluster.create_configmap(cm)
-    try:
-        cluster.create_trainjob(tj)
-    except ClusterError:
-        if created_cm:  # leave nothing behind
-            cluster.delete_configmap(cm["metadata"]["name"])
-        raise
-    result = {"trainjob": tj["metadata"]["name"], "namespace": args.namespace, "configmap": cm["metadata"]["name"], "configmapCreated": created_cm, "runtime": runtime_name, "trainerVersion": version}
+    done = jobstate.submit(cluster, req, bundle, instance_type_given=args.instance_type is not None, trainer_version=args.trainer_version, runtime_name=args.runtime_name)
+    result = {k: done[k] for k in ("trainjob", "namespace", "configmap", "configmapCreated", "runtime", "trainerVersion")}
+    created_cm, runtime_name = done["configmapCreated"], done["runtime"]
     if args.output == "table":
         reused = "" if created_cm else " (already there: same code)"
         print(f"trainjob/{result['trainjob']} created in {args.namespace}: {req.nodes} nodes on {runtime_name}, code in configmap/{result['configmap']}{reused}")
@@ -264,13 +153,7 @@ def cmd_submit(args: argparse.Namespace, command: list[str]) -> int:
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
     cluster = _cluster(args)
-    tj = cluster.get_trainjob(args.name)
-    pods = cluster.pods(args.name)
-    events = cluster.events("TrainJob", args.name) + [e for e in cluster.events("Pod") if e["involvedObject"]["name"].startswith(f"{args.name}-")]
-    events += [e for e in cluster.events("Workload") if e["involvedObject"]["name"].startswith(f"trainjob-{args.name}-")]
-    nodes = cluster.nodes({p["spec"]["nodeName"] for p in pods if p.get("spec", {}).get("nodeName")})
-    failed_pods = [p["metadata"]["name"] for p in pods if (p.get("status") or {}).get("phase") == "Failed" or any(_restarted(cs) for cs in (p.get("status") or {}).get("containerStatuses") or [])]
-    ev = diagnose.Evidence(trainjob=tj, pods=pods, workloads=cluster.workloads(args.name), events=events, nodes=nodes, log_lines={p: cluster.log_tail(p) for p in failed_pods[:4]})
+    ev = jobstate.evidence(cluster, args.name)
     return _print_findings(args.name, diagnose.diagnose(ev), args.output)
 
 
@@ -287,10 +170,6 @@ def cmd_usage(args: argparse.Namespace) -> int:
     return print_usage(rs, since=since, now=now, csv_out=args.csv, output=args.output)
 
 
-def _restarted(cs: dict) -> bool:
-    return bool((cs.get("lastState") or {}).get("terminated"))
-
-
 def cmd_list(args: argparse.Namespace) -> int:
     cluster = _cluster(args)
     jobs = sorted(cluster.list_trainjobs(), key=lambda t: t["metadata"]["name"])
@@ -303,25 +182,10 @@ def cmd_list(args: argparse.Namespace) -> int:
     ]
     by_name = {t["metadata"]["name"]: t for t in jobs}
     for r in rows:  # running jobs: the Trainer's progress, else node 0's last step event (one short log read)
-        r["progress"] = progress.text(_progress(cluster, by_name[r["name"]])) if r["phase"] == "Running" else "-"
+        r["progress"] = progress.text(jobstate.progress_of(cluster, by_name[r["name"]])) if r["phase"] == "Running" else "-"
     cols = ["name", "phase", "nodes", "progress", "runtime", "queue", "created"]
     emit(rows, args.output, _table(f"TrainJobs in {cluster.namespace}", [c.upper() for c in cols], [[r[c] for c in cols] for r in rows]))
     return 0
-
-
-def _progress(cluster: KubeApi, trainjob: dict, pods: list[dict] | None = None) -> dict | None:
-    """What the Trainer holds for the job (``status.trainerStatus``), else the newest step event in
-    the log of its first node (JobSet names its pods ``<job>-node-0-0-<suffix>``)."""
-    found = progress.of_trainjob(trainjob)
-    if found:
-        return found
-    name = trainjob["metadata"]["name"]
-    try:
-        pods = cluster.pods(name) if pods is None else pods
-    except ClusterError:  # progress is a nicety: a listing never fails for it
-        return None
-    node0 = next((p["metadata"]["name"] for p in pods if p["metadata"]["name"].startswith(f"{name}-node-0-0")), None)
-    return progress.of_lines(cluster.log_tail(node0, lines=200)) if node0 else None
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -333,7 +197,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     workload_events = [e for e in cluster.events("Workload") if e["involvedObject"]["name"].startswith(prefix)]
     steps = cluster.job(args.name).steps
     report = status_report(tj, pods, job_events, workload_events, steps)
-    found = _progress(cluster, tj, pods)
+    found = jobstate.progress_of(cluster, tj, pods)
     if found:
         report["progress"] = found
     fields = [(k, report.get(k)) for k in ("name", "namespace", "phase", "admission", "runtime", "nodes", "restarts", "progress", "created", "started", "finished", "lastFailure")]
@@ -367,16 +231,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
 def cmd_delete(args: argparse.Namespace) -> int:
     cluster = _cluster(args)
-    tj = cluster.get_trainjob(args.name)
-    cm = objects.code_configmap_of(tj)
-    cluster.delete_trainjob(args.name)
-    result: dict[str, Any] = {"trainjob": args.name, "deleted": True, "configmap": cm, "configmapDeleted": False}
-    if cm:
-        users = sorted(t["metadata"]["name"] for t in cluster.list_trainjobs() if t["metadata"]["name"] != args.name and objects.code_configmap_of(t) == cm)
-        if users:
-            result["configmapKeptFor"] = users
-        else:
-            result["configmapDeleted"] = cluster.delete_configmap(cm)
+    result = jobstate.delete(cluster, args.name)
+    cm = result["configmap"]
     if args.output == "table":
         line = f"trainjob/{args.name} deleted"
         if result.get("configmapKeptFor"):
@@ -415,6 +271,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_submit(args, command)
         if command:
             raise UsageError(f"{args.cmd} takes no command after --")
+        if args.cmd == "ui":
+            from trainctl import ui
+
+            try:
+                return ui.run(args)
+            except ValueError as err:
+                raise UsageError(str(err)) from None
         if getattr(args, "local", False):
             return cmd_local(args)
         if args.cmd == "logs" and args.node is None:

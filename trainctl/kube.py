@@ -27,6 +27,7 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
+from urllib3 import HTTPHeaderDict
 from urllib3.exceptions import HTTPError, MaxRetryError
 
 from manifests.runtimes import FAMILY_LABEL, JOBSET_NAME_LABEL, RUNTIME_LABEL  # the JobSet label is on every pod of a TrainJob's JobSet (named as the TrainJob)
@@ -98,17 +99,49 @@ def default_namespace(kubeconfig: str | None, context: str | None) -> str:
     return (chosen.get("context") or {}).get("namespace") or "default"
 
 
+class _HeaderPool:
+    """A urllib3 pool that adds fixed headers to every request, a header with several values as
+    several headers (``Impersonate-Group`` once per group: the API server reads each header line as
+    one group, k8s.io/apiserver pkg/endpoints/filters/impersonation.go), which the kubernetes
+    client's one-value default headers cannot send."""
+
+    def __init__(self, inner: Any, headers: dict[str, list[str]]):
+        self._inner, self._headers = inner, headers
+
+    def request(self, method: str, url: str, headers: Any = None, **kwargs: Any) -> Any:
+        merged = HTTPHeaderDict(dict(headers or {}))
+        for key, values in self._headers.items():
+            merged.discard(key)  # never one the caller set
+            for value in values:
+                merged.add(key, value)
+        return self._inner.request(method, url, headers=merged, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
 class KubeApi:
     """The Kubernetes API as trainctl uses it: one namespace, through a kubeconfig context."""
 
-    def __init__(self, *, namespace: str, kubeconfig: str | None = None, context: str | None = None):
+    def __init__(self, *, namespace: str, kubeconfig: str | None = None, context: str | None = None, configuration: client.Configuration | None = None, headers: dict[str, list[str]] | None = None):
+        """``configuration``: a client configuration made elsewhere (the portal's: in-cluster or a
+        caller's bearer token) instead of a kubeconfig. ``headers``: sent on every request (the
+        portal's ``Impersonate-*``); a client with headers makes no call through the Kubeflow SDK,
+        which builds a client of its own that would not send them."""
         self.namespace = namespace
-        self.configuration = client.Configuration()
-        try:
-            config.load_kube_config(config_file=kubeconfig_path(kubeconfig), context=context, client_configuration=self.configuration, persist_config=False)
-        except (ConfigException, OSError) as err:
-            raise ClusterError(f"no usable kubeconfig ({err}); pass --kubeconfig or set KUBECONFIG") from None
+        if configuration is not None:
+            self.configuration = configuration
+        else:
+            self.configuration = client.Configuration()
+            try:
+                config.load_kube_config(config_file=kubeconfig_path(kubeconfig), context=context, client_configuration=self.configuration, persist_config=False)
+            except (ConfigException, OSError) as err:
+                raise ClusterError(f"no usable kubeconfig ({err}); pass --kubeconfig or set KUBECONFIG") from None
+        self.headers = {k: list(v) for k, v in (headers or {}).items()}
         self.api = client.ApiClient(self.configuration)
+        if self.headers:
+            rest: Any = self.api.rest_client
+            rest.pool_manager = _HeaderPool(rest.pool_manager, self.headers)
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
         self.authz = client.AuthorizationV1Api(self.api)
@@ -117,6 +150,8 @@ class KubeApi:
     @property
     def trainer(self) -> Any:
         """The Kubeflow SDK's TrainerClient on the same kubeconfig and namespace."""
+        if self.headers:
+            raise ClusterError("internal: a client with its own headers (impersonation) makes no call through the Kubeflow SDK")
         if self._trainer is None:
             from kubeflow.common.types import KubernetesBackendConfig
             from kubeflow.trainer import TrainerClient
@@ -312,3 +347,28 @@ class KubeApi:
 
     def delete_trainjob(self, name: str) -> None:
         self._sdk(f"deleting trainjob {name}", self.trainer.delete_job, name)
+
+
+    # --- without the SDK (the portal: every call carries the caller's identity) -----------------
+
+    def delete_trainjob_direct(self, name: str) -> None:
+        try:
+            self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, TRAINJOBS, name)
+        except ApiException as err:
+            if err.status == 404:
+                raise ClusterError(f"trainjob {name} not found in namespace {self.namespace}") from None
+            raise ClusterError(f"deleting trainjob {name}: {api_message(err)}") from None
+        except (OSError, HTTPError) as err:
+            raise ClusterError(f"deleting trainjob {name}: {unreachable(err)}") from None
+
+    def pod_log(self, pod: str, *, follow: bool, container: str = "node", tail_lines: int | None = None) -> Any:
+        """The raw log response of a pod's container (``.stream()`` yields chunks; ``.release_conn()``
+        when done): what ``trainctl logs`` reads through the SDK, here without it."""
+        return self._call(
+            f"logs of pod {pod}", self.core.read_namespaced_pod_log, pod, self.namespace, container=container, follow=follow, tail_lines=tail_lines, _preload_content=False,
+        )
+
+    def raw_get(self, path: str) -> Any:
+        """GET an API path as JSON (aggregated APIs the typed clients do not know); ApiException is raised."""
+        found: Any = self.api.call_api(path, "GET", auth_settings=["BearerToken"], response_type="object", _return_http_data_only=True)
+        return found

@@ -1,0 +1,43 @@
+"""The portal in the cluster: ``python -m trainctl.portal [--config FILE] [--port P]``. It reads
+its settings (the Region, the ALB's ARN prefix, the teams' logins) from the ConfigMap the stack
+mounts (manifests/portal.py) and calls the API server with its service account, which may only
+impersonate the teams' portal users and groups."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from trainctl.portal.identity import TeamLogin
+
+DEFAULT_CONFIG = "/etc/portal/portal.json"
+
+
+def settings_of(doc: dict):
+    from trainctl.portal.app import Settings
+
+    teams = {t: TeamLogin(namespace=v["namespace"], groups=frozenset(v.get("groups") or []), emails=frozenset(e.lower() for e in v.get("emails") or []), gpu_quota=v.get("gpuQuota")) for t, v in doc["teams"].items()}
+    return Settings(mode="alb", region=doc["region"], signer=doc["signer"], teams=teams)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m trainctl.portal")
+    ap.add_argument("--config", default=DEFAULT_CONFIG)
+    ap.add_argument("--port", type=int, default=8080)
+    args = ap.parse_args(argv)
+    import uvicorn
+    from kubernetes import client, config
+
+    from trainctl.portal.app import create_app
+
+    with open(args.config) as f:
+        settings = settings_of(json.load(f))
+    base = client.Configuration()
+    config.load_incluster_config(client_configuration=base)
+    uvicorn.run(create_app(base, settings), host="0.0.0.0", port=args.port, log_level="info", proxy_headers=False)  # noqa: S104  (the pod's port; the NetworkPolicy admits only the ALB)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

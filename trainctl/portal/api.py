@@ -1,0 +1,222 @@
+"""The portal's JSON API (``/api/*``): the seed guide's four endpoints with its request and
+response shapes, and upload, list, events, diagnosis, queue position, team usage and a log stream.
+Bad input: HTTP 422 with ``{"problems": [{"field", "problem"}, ...]}``, one entry per problem,
+nothing created; what the API server refuses keeps its status (403, 404, 409)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, File, Form, Query, Request, UploadFile
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from trainctl import jobstate
+from trainctl.kube import ClusterError
+from trainctl.portal import logs
+from trainctl.portal.identity import Caller, Unauthorized
+from trainctl.portal.service import JobSpec, Problems, request_of
+from trainctl.portal.upload import MAX_UPLOAD_BYTES, Part
+
+router = APIRouter(prefix="/api", tags=["trainjobs"])
+MAX_CODE_CHARS = 1024 * 1024
+LOG_TAIL_MAX = 10000
+CSRF_HEADER = "x-csrf-token"
+
+
+class JobConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    num_nodes: int = Field(description="workers (nodes)")
+    gpu_per_node: int = Field(description="GPUs per worker")
+    cpu_per_node: int | None = Field(None, description="CPUs per worker, at least (the instance type is chosen to give them)")
+    memory_per_node: int | None = Field(None, description="GiB of memory per worker, at least")
+
+
+class CreateRequest(BaseModel):
+    """The seed guide's request (``user_id``, ``namespace``, ``framework``, ``training_code``,
+    ``config``), plus an optional name, image and command."""
+
+    model_config = ConfigDict(extra="forbid")
+    user_id: str | None = Field(None, description="the caller (must be the signed-in user when given)")
+    namespace: str
+    framework: str = Field(description="pytorch or tensorflow")
+    training_code: str = Field(description="the training program (train.py)")
+    config: JobConfig
+    name: str | None = None
+    image: str | None = None
+    command: str | None = Field(None, description="default: python train.py")
+
+
+class CreateResponse(BaseModel):
+    status: Literal["created"]
+    trainjob_name: str
+    namespace: str
+    created_at: str | None
+    instance_type: str
+
+
+def caller_of(request: Request) -> Caller:
+    return request.app.state.auth.caller(request)
+
+
+def _namespace(caller: Caller, namespace: str | None) -> str:
+    ns = namespace or caller.namespace
+    if not ns:
+        raise Problems([{"field": "namespace", "problem": "required"}])
+    return ns
+
+
+def _mutation_allowed(request: Request, caller: Caller, *, json_body: bool) -> None:
+    """A browser's session (the ALB's cookie, or a laptop) must not be usable from another site: a
+    JSON body (a cross-site form cannot send application/json without a CORS preflight) or the
+    CSRF token in a header."""
+    if caller.via == "bearer":
+        return
+    if json_body and request.headers.get("content-type", "").split(";")[0].strip() == "application/json":
+        return
+    if request.app.state.auth.csrf_ok(caller, request.headers.get(CSRF_HEADER)):
+        return
+    raise Unauthorized(f"a change from a browser needs a JSON body or the {CSRF_HEADER} header (cross-site request protection)")
+
+
+def _namespace_problems(caller: Caller, ns: str) -> list[dict[str, str]]:
+    if caller.via == "alb" and ns != caller.namespace:
+        return [{"field": "namespace", "problem": f"{ns[:63]!r} is not your team's namespace ({caller.namespace})"}]
+    return []
+
+
+def input_problems(spec: JobSpec) -> list[dict[str, str]]:
+    """Every problem of the submission itself (before any cluster read)."""
+    try:
+        request_of(spec, None)
+    except Problems as err:
+        return err.problems
+    return []
+
+
+def _created(done: dict[str, Any]) -> dict[str, Any]:
+    return {"status": "created", "trainjob_name": done["trainjob"], "namespace": done["namespace"], "created_at": done.get("created"), "instance_type": done["instanceType"]}
+
+
+@router.post("/trainjob/create", response_model=CreateResponse, summary="create a TrainJob from code (the seed guide's request)")
+def create(request: Request, body: CreateRequest) -> dict[str, Any]:
+    caller = caller_of(request)
+    _mutation_allowed(request, caller, json_body=True)
+    problems = []
+    if body.user_id is not None and caller.via == "alb" and body.user_id != caller.name:
+        problems.append({"field": "user_id", "problem": "not the signed-in user (leave it out: the portal knows who you are)"})
+    if len(body.training_code) > MAX_CODE_CHARS:
+        problems.append({"field": "training_code", "problem": f"{len(body.training_code)} characters: allowed: at most {MAX_CODE_CHARS} (a ConfigMap holds 1 MiB)"})
+    problems += _namespace_problems(caller, body.namespace)
+    spec = JobSpec(namespace=body.namespace, framework=body.framework, num_nodes=body.config.num_nodes, gpu_per_node=body.config.gpu_per_node, cpu_per_node=body.config.cpu_per_node,
+                   memory_per_node=body.config.memory_per_node, command=body.command or "python train.py", name=body.name, image=body.image)
+    problems += input_problems(spec)
+    if problems:
+        raise Problems(problems)
+    done = request.app.state.portal.create(caller, spec, [Part("train.py", body.training_code.encode())])
+    return _created(done)
+
+
+@router.post("/trainjob/upload", response_model=CreateResponse, summary="create a TrainJob from uploaded files or one archive (.zip, .tar, .tar.gz)")
+async def upload(
+    request: Request, files: Annotated[list[UploadFile], File()], namespace: Annotated[str, Form()], framework: Annotated[str, Form()],
+    num_nodes: Annotated[str, Form()], gpu_per_node: Annotated[str, Form()], cpu_per_node: Annotated[str, Form()] = "", memory_per_node: Annotated[str, Form()] = "",
+    command: Annotated[str, Form()] = "python train.py", name: Annotated[str, Form()] = "", image: Annotated[str, Form()] = "",
+) -> dict[str, Any]:
+    caller = caller_of(request)
+    _mutation_allowed(request, caller, json_body=False)
+    problems = _namespace_problems(caller, namespace)
+    parts, total = [], 0
+    for f in files:
+        data = await f.read(MAX_UPLOAD_BYTES + 1 - total)
+        total += len(data)
+        if total > MAX_UPLOAD_BYTES:
+            raise Problems([{"field": "files", "problem": f"the upload is larger than {MAX_UPLOAD_BYTES} bytes"}])
+        parts.append(Part(f.filename or "", data))
+    spec = JobSpec(namespace=namespace, framework=framework, num_nodes=num_nodes, gpu_per_node=gpu_per_node, cpu_per_node=cpu_per_node or None, memory_per_node=memory_per_node or None,
+                   command=command, name=name or None, image=image or None)
+    problems += input_problems(spec)
+    if problems:
+        raise Problems(problems)
+    from starlette.concurrency import run_in_threadpool
+
+    return _created(await run_in_threadpool(request.app.state.portal.create, caller, spec, parts))
+
+
+@router.get("/trainjob/{name}/status", summary="state (Running|Complete|Failed|Queued|Suspended|Pending), message, times, workers, progress and ETA")
+def status(request: Request, name: str, namespace: str | None = None) -> dict[str, Any]:
+    caller = caller_of(request)
+    return request.app.state.portal.status(caller, _namespace(caller, namespace), name)
+
+
+@router.get("/trainjob/{name}/logs", summary="the log of worker N (its last lines)")
+def worker_logs(request: Request, name: str, namespace: str | None = None, worker: Annotated[int, Query(ge=0, le=999)] = 0, tail: Annotated[int, Query(ge=1, le=LOG_TAIL_MAX)] = 1000):
+    caller = caller_of(request)
+    ns = _namespace(caller, namespace)
+    kube, tj, pod = request.app.state.portal.worker_pod(caller, ns, name, worker)
+    state = jobstate.phase(tj)
+    if pod is None:
+        if state in ("Complete", "Failed"):
+            return JSONResponse({"trainjob_name": name, "namespace": ns, "worker": worker, "logs": None, "message": logs.GONE}, status_code=410)
+        return {"trainjob_name": name, "namespace": ns, "worker": worker, "logs": "", "message": f"worker {worker} has no pod yet ({'Pending' if state == 'Created' else state})"}
+    try:
+        resp = kube.pod_log(pod["metadata"]["name"], follow=False, tail_lines=tail)
+        text = resp.data.decode("utf-8", errors="replace")
+    except ClusterError as err:
+        if "(HTTP 400)" in str(err):  # the container has not started
+            return {"trainjob_name": name, "namespace": ns, "worker": worker, "logs": "", "message": f"worker {worker}'s container has not started"}
+        raise
+    return {"trainjob_name": name, "namespace": ns, "worker": worker, "pod": pod["metadata"]["name"], "logs": text}
+
+
+@router.get("/trainjob/{name}/logs/stream", summary="the log of worker N as server-sent events (line, status, end; heartbeat comments)")
+def worker_log_stream(request: Request, name: str, namespace: str | None = None, worker: Annotated[int, Query(ge=0, le=999)] = 0):
+    caller = caller_of(request)
+    ns = _namespace(caller, namespace)
+    request.app.state.portal.worker_pod(caller, ns, name, worker)  # may the caller read it, is the worker in range: answered before the stream starts
+    gen = logs.stream(request.app.state.portal, caller, ns, name, worker, heartbeat_s=request.app.state.settings.heartbeat_s)
+    return StreamingResponse(gen, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+@router.delete("/trainjob/{name}", summary="delete a TrainJob (and its code ConfigMap unless another job uses it)")
+def delete(request: Request, name: str, namespace: str | None = None) -> dict[str, Any]:
+    caller = caller_of(request)
+    result = request.app.state.portal.delete(caller, _namespace(caller, namespace), name)
+    return {"status": "deleted", "trainjob_name": name, "namespace": _namespace(caller, namespace), "configmap_deleted": result["configmapDeleted"]}
+
+
+@router.get("/trainjobs", summary="the namespace's TrainJobs: state, progress, queue position, GPUs, age")
+def list_jobs(request: Request, namespace: str | None = None) -> dict[str, Any]:
+    caller = caller_of(request)
+    ns = _namespace(caller, namespace)
+    return {"namespace": ns, "items": request.app.state.portal.list(caller, ns)}
+
+
+@router.get("/trainjob/{name}/events", summary="events of the job, its pods and its Kueue Workload")
+def events(request: Request, name: str, namespace: str | None = None) -> dict[str, Any]:
+    caller = caller_of(request)
+    return {"items": request.app.state.portal.events(caller, _namespace(caller, namespace), name)}
+
+
+@router.get("/trainjob/{name}/diagnosis", summary="why the job failed or does not start (trainctl diagnose)")
+def diagnosis(request: Request, name: str, namespace: str | None = None) -> dict[str, Any]:
+    caller = caller_of(request)
+    return {"findings": request.app.state.portal.diagnosis(caller, _namespace(caller, namespace), name)}
+
+
+@router.get("/trainjob/{name}/queue", summary="the job's position in its team's queue (Kueue)")
+def queue(request: Request, name: str, namespace: str | None = None) -> dict[str, Any]:
+    caller = caller_of(request)
+    return request.app.state.portal.queue_position(caller, _namespace(caller, namespace), name)
+
+
+@router.get("/team", summary="the team's GPU quota, used and borrowed, GPU-hours this week, the queue")
+def team(request: Request, namespace: str | None = None) -> dict[str, Any]:
+    caller = caller_of(request)
+    return request.app.state.portal.team(caller, _namespace(caller, namespace))
+
+
+@router.get("/whoami", summary="who the portal takes the caller for")
+def whoami(request: Request) -> dict[str, Any]:
+    caller = caller_of(request)
+    return {"name": caller.name, "team": caller.team, "namespace": caller.namespace, "via": caller.via}

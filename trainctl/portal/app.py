@@ -1,0 +1,116 @@
+"""The portal's FastAPI application: :func:`create_app` builds it for one way of running
+(``alb``: in the cluster behind the ALB; ``local``: ``trainctl ui`` on 127.0.0.1). The routes are in
+api.py (JSON, ``/api/*``, OpenAPI at ``/api/docs``) and pages.py (HTML forms)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from kubernetes import client
+
+from trainctl.kube import ClusterError
+from trainctl.portal.identity import OIDC_HEADER, AlbIdentity, Caller, TeamLogin, Unauthorized, bearer
+from trainctl.portal.service import Portal, Problems
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How this portal runs. ``signer``: the ALB's ARN, or the ARN up to and with ``app/<name>/``
+    (the ALB's name is fixed by the Ingress; its id suffix is AWS's)."""
+
+    mode: str  # alb | local
+    region: str = ""
+    signer: str = ""
+    teams: dict[str, TeamLogin] = field(default_factory=dict)
+    local_caller: Caller | None = None
+    allowed_hosts: tuple[str, ...] = ()  # local: the Host headers accepted (DNS rebinding)
+    heartbeat_s: float = 15.0
+
+
+def _status_of(err: ClusterError) -> int:
+    text = str(err)
+    for code, status in (("(HTTP 403)", 403), ("(HTTP 404)", 404), ("(HTTP 409)", 409), ("(HTTP 422)", 422), ("(HTTP 401)", 401), ("(HTTP 400)", 400)):
+        if code in text:
+            return status
+    if " not found in namespace " in text:
+        return 404
+    if text.startswith("you may not "):
+        return 403
+    return 502
+
+
+class Auth:
+    def __init__(self, settings: Settings, alb_keys: Callable[[str], Any] | None):
+        self.settings = settings
+        self.alb = AlbIdentity(region=settings.region, alb_arn=settings.signer, teams=settings.teams, keys=alb_keys) if settings.mode == "alb" else None
+        self.csrf_key = secrets.token_bytes(32)
+
+    def caller(self, request: Request) -> Caller:
+        if self.settings.mode == "local":
+            host = request.headers.get("host", "")
+            if self.settings.allowed_hosts and host not in self.settings.allowed_hosts:
+                raise Unauthorized(f"Host {host[:100]!r} is not this portal's address")
+            assert self.settings.local_caller is not None
+            return self.settings.local_caller
+        token = bearer(request.headers.get("authorization"))
+        if token is not None and request.url.path.startswith("/api/"):
+            return Caller(name="bearer token", namespace=None, token=token, via="bearer")
+        assert self.alb is not None
+        return self.alb.caller(request.headers.get(OIDC_HEADER), team=request.query_params.get("team"))
+
+    def csrf_token(self, caller: Caller) -> str:
+        return hmac.new(self.csrf_key, f"{caller.via}|{caller.name}|{caller.team}".encode(), hashlib.sha256).hexdigest()
+
+    def csrf_ok(self, caller: Caller, token: str | None) -> bool:
+        return bool(token) and hmac.compare_digest(self.csrf_token(caller), str(token))
+
+
+def create_app(base: client.Configuration, settings: Settings, *, alb_keys: Callable[[str], Any] | None = None) -> FastAPI:
+    """The portal. ``base``: the API server's address and the portal's own credentials (in-cluster:
+    its service account, which may only impersonate; local: the kubeconfig's). ``alb_keys``: kid ->
+    public key, for tests only (production fetches the Region's ALB keys)."""
+    from trainctl.portal import api, pages
+
+    app = FastAPI(title="training-platform portal", docs_url="/api/docs", openapi_url="/api/openapi.json", redoc_url=None)
+    app.state.portal = Portal(base, base_headers=(settings.local_caller.headers if settings.local_caller else None))
+    app.state.auth = Auth(settings, alb_keys)
+    app.state.settings = settings
+
+    @app.exception_handler(Unauthorized)
+    async def _unauthorized(request: Request, err: Unauthorized):  # noqa: ARG001
+        return JSONResponse({"problems": [{"field": "identity", "problem": str(err)}]}, status_code=401)
+
+    @app.exception_handler(Problems)
+    async def _problems(request: Request, err: Problems):  # noqa: ARG001
+        return JSONResponse({"problems": err.problems}, status_code=422)
+
+    @app.exception_handler(ClusterError)
+    async def _cluster(request: Request, err: ClusterError):  # noqa: ARG001
+        return JSONResponse({"problems": [{"field": "cluster", "problem": str(err)}]}, status_code=_status_of(err))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, err: RequestValidationError):  # noqa: ARG001
+        problems = [{"field": ".".join(str(p) for p in e.get("loc", ())[1:]) or "request", "problem": str(e.get("msg", "invalid"))} for e in err.errors()]
+        return JSONResponse({"problems": problems}, status_code=422)
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, err: Exception):  # noqa: ARG001  (never a traceback to the caller)
+        import logging
+
+        logging.getLogger("portal").exception("unhandled error")
+        return JSONResponse({"problems": [{"field": "server", "problem": f"internal error ({type(err).__name__})"}]}, status_code=500)
+
+    from fastapi.staticfiles import StaticFiles
+
+    app.include_router(api.router)
+    app.include_router(pages.router)
+    app.mount("/static", StaticFiles(directory=pages.HERE / "static"), name="static")
+    return app

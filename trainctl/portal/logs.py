@@ -1,0 +1,115 @@
+"""A worker's log as server-sent events: ``event: line`` per log line, a ``: heartbeat`` comment
+every ``heartbeat_s`` while nothing comes (idle connections are cut by load balancers: the ALB's
+idle timeout is 60 s by default, Elastic Load Balancing User Guide "Connection idle timeout"), and
+one ``event: end`` with the reason. A finished job whose pods are gone (JobSet deletes a finished
+job's pods when the job is cleaned up) ends at once, saying where its logs went."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from trainctl import jobstate
+from trainctl.kube import ClusterError
+from trainctl.portal.identity import Caller
+from trainctl.portal.service import Portal
+
+GONE = ("the pods of this finished job are gone, and their logs with them: the platform's log shipping "
+        "(CloudWatch Container Insights, log group /aws/containerinsights/<cluster>/application) keeps them")
+MAX_LINE = 16384
+
+
+def sse(event: str | None, data: Any) -> str:
+    text = data if isinstance(data, str) else json.dumps(data)
+    lines = text.replace("\r", "").split("\n")
+    return (f"event: {event}\n" if event else "") + "".join(f"data: {line}\n" for line in lines) + "\n"
+
+
+def _started(pod: dict) -> bool:
+    return any((cs.get("state") or {}).get("running") or (cs.get("state") or {}).get("terminated") for cs in (pod.get("status") or {}).get("containerStatuses") or [])
+
+
+async def stream(portal: Portal, caller: Caller, namespace: str, name: str, worker: int, *, heartbeat_s: float, poll_s: float = 1.0) -> AsyncIterator[str]:
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+    stop = threading.Event()
+    holder: dict[str, Any] = {}
+
+    def put(kind: str, value: Any) -> None:
+        if stop.is_set():
+            return
+        try:
+            loop.call_soon_threadsafe(queue.put_nowait, (kind, value))
+        except RuntimeError:  # the loop is gone: the client left
+            stop.set()
+
+    def reader() -> None:
+        try:
+            while not stop.is_set():
+                kube, tj, pod = portal.worker_pod(caller, namespace, name, worker)
+                state = jobstate.phase(tj)
+                if pod is None or not _started(pod):
+                    if state in ("Complete", "Failed"):
+                        put("end", {"reason": "gone", "message": GONE, "status": state})
+                        return
+                    put("wait", {"status": state})
+                    time.sleep(poll_s)
+                    continue
+                put("pod", {"pod": pod["metadata"]["name"]})
+                resp = kube.pod_log(pod["metadata"]["name"], follow=True)
+                holder["resp"] = resp
+                buf = b""
+                try:
+                    for chunk in resp.stream(4096):
+                        if stop.is_set():
+                            return
+                        buf += chunk
+                        *lines, buf = buf.split(b"\n")
+                        for line in lines:
+                            put("line", line[:MAX_LINE].decode("utf-8", errors="replace"))
+                    if buf:
+                        put("line", buf[:MAX_LINE].decode("utf-8", errors="replace"))
+                finally:
+                    resp.release_conn()
+                put("end", {"reason": "ended", "message": f"worker {worker}'s container ended"})
+                return
+        except ClusterError as err:
+            put("end", {"reason": "error", "message": str(err)})
+        except Exception as err:  # noqa: BLE001  (a dropped connection: say so, no traceback)
+            if not stop.is_set():
+                put("end", {"reason": "error", "message": f"the log stream broke ({type(err).__name__})"})
+
+    thread = threading.Thread(target=reader, daemon=True, name=f"logs-{name}-{worker}")
+    thread.start()
+    waited = False
+    try:
+        yield ": stream open\n\n"
+        while True:
+            try:
+                kind, value = await asyncio.wait_for(queue.get(), timeout=heartbeat_s)
+            except TimeoutError:
+                yield ": heartbeat\n\n"
+                continue
+            if kind == "line":
+                yield sse("line", value)
+            elif kind == "wait":
+                if not waited:
+                    yield sse("status", {"message": f"worker {worker} has no started pod yet ({value['status']}); waiting"})
+                    waited = True
+            elif kind == "pod":
+                yield sse("status", {"message": f"reading pod {value['pod']}"})
+            else:
+                yield sse("end", value)
+                return
+    finally:
+        stop.set()
+        resp = holder.get("resp")
+        if resp is not None:
+            try:
+                resp.close()  # unblocks the reader
+            except Exception:  # noqa: BLE001, S110
+                pass

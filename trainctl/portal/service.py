@@ -1,0 +1,379 @@
+"""What the portal does for a caller, on trainctl's own modules: the job model and builders
+(trainctl/objects.py), submit/delete/diagnosis/progress (trainctl/jobstate.py), GPU-hours
+(trainctl/usage.py) and the API access (trainctl/kube.py), every call as the caller.
+
+The seed guide's resources per worker (``gpu_per_node``, ``cpu_per_node``, ``memory_per_node``)
+become the platform's job shape: the smallest GPU instance type of the cluster's GPU pools (its
+published facts; the GPU catalog without them) whose training pod, sized by the catalog
+(``config/catalog.py node_pod_request``), gets at least those CPUs and GiB with that many GPUs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import pathlib
+import shlex
+import tempfile
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from kubernetes import client
+
+from config import catalog
+from trainctl import jobstate, objects, progress, usage
+from trainctl.code import CodeError, collect
+from trainctl.kube import ClusterError, KubeApi
+from trainctl.portal.identity import Caller
+from trainctl.portal.upload import Part, UploadError, unpack
+
+FRAMEWORKS = {"pytorch": "torch", "torch": "torch", "tensorflow": "tensorflow"}
+"""The seed guide's ``framework`` -> trainctl's runtime. MPI is offered by the form but has no
+runtime here (the platform's MPI runtime, DeepSpeed's, is not one trainctl submits to)."""
+# trainctl's flags -> the request fields the portal names in its problems
+FIELDS = {"--nodes": "config.num_nodes", "--gpus-per-node": "config.gpu_per_node", "--instance-type": "config.instance_type", "--image": "image", "--name": "name",
+          "--namespace": "namespace", "--grace-seconds": "config.grace_seconds", "--priority": "priority"}
+WEEK = timedelta(days=7)
+
+
+class Problems(ValueError):
+    """Bad input: ``problems`` is a list of ``{"field", "problem"}``; nothing was created."""
+
+    def __init__(self, problems: list[dict[str, str]]):
+        super().__init__("; ".join(f"{p['field']}: {p['problem']}" for p in problems))
+        self.problems = problems
+
+
+def _problem(field: str, text: str) -> dict[str, str]:
+    return {"field": field, "problem": text}
+
+
+def _from_trainctl(lines: list[str]) -> list[dict[str, str]]:
+    """trainctl's problem lines (each names its flag first) as the portal's fields."""
+    out = []
+    for line in lines:
+        flag = line.split(" ", 1)[0].rstrip(":")
+        field = FIELDS.get(flag, "request")
+        out.append(_problem(field, line[len(flag):].lstrip(" :") if flag in FIELDS else line))
+    return out
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A submission as the portal takes it (the seed guide's request, plus the form's extras)."""
+
+    namespace: str
+    framework: str
+    num_nodes: Any
+    gpu_per_node: Any
+    cpu_per_node: Any = None
+    memory_per_node: Any = None
+    command: str = "python train.py"
+    name: str | None = None
+    image: str | None = None
+    instance_type: str | None = None
+
+
+def _int(field: str, value: Any, problems: list, *, lo: int, hi: int, required: bool = True) -> int | None:
+    if value is None or value == "":
+        if required:
+            problems.append(_problem(field, "required"))
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        problems.append(_problem(field, "allowed: a whole number"))
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        problems.append(_problem(field, "allowed: a whole number"))
+        return None
+    if not lo <= n <= hi:
+        problems.append(_problem(field, f"{n}: allowed: {lo} to {hi}"))
+        return None
+    return n
+
+
+def pick_instance_type(gpus: int, cpus: int | None, memory_gib: int | None, types: list[str]) -> str | None:
+    """The smallest of ``types`` whose training pod of ``gpus`` GPUs gets at least ``cpus`` and
+    ``memory_gib`` (the catalog's sizing), or None."""
+    fits = []
+    for t in types:
+        info = catalog.catalog().get(t)
+        if info is None or info.gpus < gpus:
+            continue
+        cpu, mem = catalog.node_pod_request(info, gpus)
+        if (cpus is None or cpu >= cpus) and (memory_gib is None or mem >= memory_gib):
+            fits.append((info.gpus, info.vcpu, info.memory_gib, t))
+    return min(fits)[3] if fits else None
+
+
+def pool_types(facts: dict | None) -> list[str]:
+    """The instance types the cluster's GPU pools (not the EFA pools) launch; the catalog without facts."""
+    if facts and facts.get("pools"):
+        return sorted({t for p in facts["pools"] if not p.get("efa") for t in p.get("instanceTypes") or []})
+    return sorted(catalog.catalog())
+
+
+def request_of(spec: JobSpec, facts: dict | None) -> objects.Request:
+    """The trainctl request of a submission, every problem at once (:class:`Problems`)."""
+    problems: list[dict[str, str]] = []
+    runtime = FRAMEWORKS.get(str(spec.framework).lower())
+    if runtime is None:
+        extra = " (MPI: this platform has no MPI runtime that trainctl or the portal submits to)" if str(spec.framework).lower() == "mpi" else ""
+        problems.append(_problem("framework", f"{str(spec.framework)[:40]!r}: allowed: pytorch, tensorflow{extra}"))
+    nodes = _int("config.num_nodes", spec.num_nodes, problems, lo=1, hi=1000)
+    gpus = _int("config.gpu_per_node", spec.gpu_per_node, problems, lo=1, hi=max(i.gpus for i in catalog.catalog().values()))
+    cpus = _int("config.cpu_per_node", spec.cpu_per_node, problems, lo=1, hi=max(i.vcpu for i in catalog.catalog().values()), required=False)
+    memory = _int("config.memory_per_node", spec.memory_per_node, problems, lo=1, hi=max(i.memory_gib for i in catalog.catalog().values()), required=False)
+    try:
+        command = shlex.split(spec.command or "")
+    except ValueError as err:
+        problems.append(_problem("command", f"not a command line ({err})"))
+        command = []
+    itype = spec.instance_type or objects.DEFAULT_INSTANCE_TYPE
+    if spec.instance_type is None and gpus is not None:
+        types = pool_types(facts)
+        found = pick_instance_type(gpus, cpus, memory, types)
+        if found is None:
+            problems.append(_problem("config", f"no GPU instance type of this cluster gives a worker {gpus} GPUs, {cpus or 'any'} CPUs and {memory or 'any'} GiB (its types: {', '.join(types[:8])}{', ...' if len(types) > 8 else ''})"))
+        else:
+            itype = found
+    req = objects.Request(namespace=str(spec.namespace), nodes=nodes or 1, command=command, runtime=runtime or "torch", gpus_per_node=gpus, instance_type=itype, image=spec.image or None, name=spec.name or None)
+    problems += [p for p in _from_trainctl(objects.problems(req)) if not any(q["field"] == p["field"] for q in problems)]
+    if problems:
+        raise Problems(problems)
+    return req
+
+
+def _when(ts: str | None) -> datetime | None:
+    return usage.parse_time(ts) if ts else None
+
+
+class Portal:
+    """The portal's cluster access: one API client per identity (cached: a request reuses the
+    connections of the last one with the same identity), every call as that identity."""
+
+    def __init__(self, base: client.Configuration, *, base_headers: dict[str, list[str]] | None = None, cache_size: int = 64):
+        self.base = base
+        self.base_headers = base_headers or {}
+        self._clients: OrderedDict[tuple, KubeApi] = OrderedDict()
+        self._lock = threading.Lock()
+        self._cache_size = cache_size
+
+    def kube(self, caller: Caller, namespace: str) -> KubeApi:
+        headers = caller.headers or self.base_headers
+        key = (namespace, tuple(sorted((k, tuple(v)) for k, v in headers.items())), hashlib.sha256(caller.token.encode()).hexdigest() if caller.token else None)
+        with self._lock:
+            found = self._clients.get(key)
+            if found is not None:
+                self._clients.move_to_end(key)
+                return found
+        cfg = self.base
+        if caller.token is not None:  # the caller's own token, nothing of the portal's
+            cfg = client.Configuration()
+            cfg.host, cfg.ssl_ca_cert, cfg.verify_ssl = self.base.host, self.base.ssl_ca_cert, self.base.verify_ssl
+            cfg.api_key = {"authorization": f"Bearer {caller.token}"}
+        api = KubeApi(namespace=namespace, configuration=cfg, headers=headers or {"User-Agent": ["training-platform-portal"]})
+        with self._lock:
+            self._clients[key] = api
+            while len(self._clients) > self._cache_size:
+                self._clients.popitem(last=False)
+        return api
+
+    # --- jobs ----------------------------------------------------------------------------------
+
+    def create(self, caller: Caller, spec: JobSpec, files: list[Part]) -> dict[str, Any]:
+        kube = self.kube(caller, spec.namespace)
+        req = request_of(spec, None)  # every input problem before any cluster read
+        facts = kube.platform_facts()
+        if spec.instance_type is None:
+            req = request_of(spec, facts)
+        with tempfile.TemporaryDirectory(prefix="portal-upload-") as tmp:
+            root = pathlib.Path(tmp) / (req.name or "code")
+            root.mkdir()
+            try:
+                unpack(files, root)
+                bundle = collect(root)
+                bundle = replace(bundle, root=pathlib.Path(req.name or "job"))
+                done = jobstate.submit(kube, req, bundle, instance_type_given=True)
+            except (UploadError, CodeError) as err:
+                raise Problems([_problem("training_code", line.replace(str(root), "the upload")) for line in str(err).splitlines()]) from None
+            except objects.SubmitError as err:
+                raise Problems(_from_trainctl([line.replace(str(root), "the upload") for line in str(err).splitlines()])) from None
+        return {**done, "instanceType": req.instance_type}
+
+    def delete(self, caller: Caller, namespace: str, name: str) -> dict[str, Any]:
+        return jobstate.delete(self.kube(caller, namespace), name, direct=True)
+
+    def status(self, caller: Caller, namespace: str, name: str) -> dict[str, Any]:
+        kube = self.kube(caller, namespace)
+        tj = kube.get_trainjob(name)
+        pods = kube.pods(name)
+        own, of_pods, of_workloads = jobstate.job_events(kube, name)
+        started, finished = jobstate.times(tj, pods)
+        state = jobstate.phase(tj)
+        failure = jobstate.last_failure(tj, pods, own)
+        message = failure if state == "Failed" and failure else jobstate.admission(tj, own, of_workloads)
+        out: dict[str, Any] = {
+            "trainjob_name": name, "namespace": namespace, "status": "Pending" if state == "Created" else state, "message": message,
+            "created_at": tj["metadata"].get("creationTimestamp"), "started_at": started, "completed_at": finished,
+            "nodes": (tj["spec"].get("trainer") or {}).get("numNodes"), "gpus": gpus_of(tj), "restarts": jobstate.restarts(pods), "last_failure": failure,
+            "workers": [worker_state(p) for p in sorted(pods, key=lambda p: p["metadata"]["name"])],
+        }
+        found = jobstate.progress_of(kube, tj, pods)
+        out["progress"] = found
+        out["progress_text"] = progress.text(found)
+        if state == "Queued":
+            out["queue"] = self.queue_position(caller, namespace, name)
+        return out
+
+    def list(self, caller: Caller, namespace: str, *, with_progress: bool = True) -> list[dict[str, Any]]:
+        kube = self.kube(caller, namespace)
+        jobs = sorted(kube.list_trainjobs(), key=lambda t: t["metadata"].get("creationTimestamp") or "", reverse=True)
+        now = datetime.now(UTC)
+        queue = self._pending(kube) if any(jobstate.phase(t) == "Queued" for t in jobs) else None
+        rows = []
+        for t in jobs:
+            state = jobstate.phase(t)
+            created = _when(t["metadata"].get("creationTimestamp"))
+            row = {
+                "trainjob_name": t["metadata"]["name"], "status": "Pending" if state == "Created" else state, "nodes": (t["spec"].get("trainer") or {}).get("numNodes"),
+                "gpus": gpus_of(t), "created_at": t["metadata"].get("creationTimestamp"), "age_s": int((now - created).total_seconds()) if created else None,
+                "progress": progress.text(jobstate.progress_of(kube, t)) if with_progress and state == "Running" else "-",
+            }
+            if queue is not None and state == "Queued":
+                row["queue"] = _position(queue, t["metadata"]["name"])
+            rows.append(row)
+        return rows
+
+    def events(self, caller: Caller, namespace: str, name: str) -> list[dict[str, Any]]:
+        kube = self.kube(caller, namespace)
+        kube.get_trainjob(name)  # a job the caller may read
+        own, of_pods, of_workloads = jobstate.job_events(kube, name)
+        rows = [
+            {"time": e.get("lastTimestamp") or e.get("eventTime") or e.get("firstTimestamp"), "type": e.get("type"), "reason": e.get("reason"),
+             "object": f"{e['involvedObject'].get('kind')}/{e['involvedObject'].get('name')}", "message": e.get("message"), "count": e.get("count")}
+            for e in own + of_pods + of_workloads
+        ]
+        return sorted(rows, key=lambda r: r["time"] or "")
+
+    def diagnosis(self, caller: Caller, namespace: str, name: str) -> list[dict[str, Any]]:
+        from trainctl import diagnose
+
+        return [f.as_dict() for f in diagnose.diagnose(jobstate.evidence(self.kube(caller, namespace), name))]
+
+    # --- queue and team ----------------------------------------------------------------------------
+
+    def _pending(self, kube: KubeApi) -> dict[str, Any]:
+        """The LocalQueue's pending Workloads in Kueue's order: its visibility API
+        (``visibility.kueue.x-k8s.io/v1beta2`` ``localqueues/<q>/pendingworkloads``: kueue v0.19.2
+        apis/visibility/v1beta2, served by pkg/visibility/server.go) where served, else the
+        namespace's Workloads ordered by Kueue's rules (kueue v0.19.2 pkg/cache/queue/cluster_queue.go
+        baseCompareFunc: higher priority first, then the older, then the uid), marked estimated."""
+        from manifests.tenants import LOCAL_QUEUE
+
+        path = f"/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/{kube.namespace}/localqueues/{LOCAL_QUEUE}/pendingworkloads"
+        try:
+            found = kube.raw_get(path)
+            items = [{"workload": i["metadata"]["name"], "job": _owner(i), "position_in_local_queue": i.get("positionInLocalQueue"), "position_in_cluster_queue": i.get("positionInClusterQueue"), "priority": i.get("priority")} for i in found.get("items") or []]
+            return {"source": "kueue visibility API", "estimated": False, "items": items}
+        except Exception:  # noqa: BLE001  (not served here, or not readable: the estimate below)
+            pass
+        try:
+            workloads = kube.all_workloads(all_namespaces=False)
+        except ClusterError as err:
+            return {"source": "unavailable", "estimated": True, "items": [], "why": str(err)}
+        pending = [w for w in workloads if not _cond(w, "QuotaReserved") and not _cond(w, "Finished")]
+        pending.sort(key=lambda w: (-int((w.get("spec") or {}).get("priority") or 0), w["metadata"].get("creationTimestamp") or "", w["metadata"].get("uid") or ""))
+        items = [{"workload": w["metadata"]["name"], "job": _owner(w), "position_in_local_queue": i, "position_in_cluster_queue": None, "priority": (w.get("spec") or {}).get("priority")} for i, w in enumerate(pending)]
+        return {"source": "estimated from the namespace's Workloads by Kueue's ordering (the visibility API is not served)", "estimated": True, "items": items}
+
+    def queue_position(self, caller: Caller, namespace: str, name: str) -> dict[str, Any]:
+        kube = self.kube(caller, namespace)
+        kube.get_trainjob(name)
+        return _position(self._pending(kube), name)
+
+    def team(self, caller: Caller, namespace: str) -> dict[str, Any]:
+        kube = self.kube(caller, namespace)
+        now = datetime.now(UTC)
+        try:
+            workloads = kube.all_workloads(all_namespaces=False)
+        except ClusterError as err:
+            return {"namespace": namespace, "team": caller.team, "error": str(err)}
+        running = usage.rows(workloads, since=now - timedelta(seconds=1), now=now)
+        week = usage.rows(workloads, since=now - WEEK, now=now)
+        used = sum(r.gpus for r in running if r.end is None)
+        quota = caller.gpu_quota
+        if quota is None:
+            quota = (kube.platform_facts() or {}).get("gpuQuota")
+        pending = self._pending(kube)
+        return {
+            "namespace": namespace, "team": caller.team, "gpu_quota": quota, "gpus_used": used, "gpus_borrowed": max(0, used - quota) if quota is not None else None,
+            "gpu_hours_week": round(sum(r.gpu_hours for r in week), 3), "since": (now - WEEK).isoformat(timespec="seconds"), "queue": pending,
+            "running": [{"job": r.job, "gpus": r.gpus, "since": r.start.isoformat(timespec="seconds")} for r in running if r.end is None],
+        }
+
+    # --- logs ------------------------------------------------------------------------------------
+
+    def worker_pod(self, caller: Caller, namespace: str, name: str, worker: int) -> tuple[KubeApi, dict, dict | None]:
+        """(client, TrainJob, the pod of worker N or None). Raises Problems for a worker out of range."""
+        kube = self.kube(caller, namespace)
+        tj = kube.get_trainjob(name)
+        nodes = int((tj["spec"].get("trainer") or {}).get("numNodes") or 1)
+        if not 0 <= worker < nodes:
+            raise Problems([_problem("worker", f"{worker}: allowed: 0 to {nodes - 1} ({name} has {nodes} workers)")])
+        pods = [p for p in kube.pods(name) if _worker_index(p) == worker]
+        pods.sort(key=lambda p: (int((p["metadata"].get("labels") or {}).get(jobstate.RESTART_LABEL, 0)), p["metadata"].get("creationTimestamp") or ""))
+        return kube, tj, (pods[-1] if pods else None)
+
+
+REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+"""The JobSet replicated job of a pod (kubernetes-sigs/jobset api/jobset/v1alpha2 ReplicatedJobNameKey);
+the Trainer's node job is ``node`` (kubeflow/trainer pkg/constants Node)."""
+INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+"""An indexed Job's pod index (Kubernetes batch/v1 JobCompletionIndexAnnotation, also a label since 1.28)."""
+
+
+def _worker_index(pod: dict) -> int | None:
+    labels = pod["metadata"].get("labels") or {}
+    if labels.get(REPLICATED_JOB_LABEL) != "node":
+        return None
+    try:
+        return int(labels.get(INDEX_LABEL, ""))
+    except ValueError:
+        return None
+
+
+def worker_state(pod: dict) -> dict[str, Any]:
+    status = pod.get("status") or {}
+    waiting = next((cs["state"]["waiting"].get("reason") for cs in status.get("containerStatuses") or [] if (cs.get("state") or {}).get("waiting")), None)
+    return {"pod": pod["metadata"]["name"], "worker": _worker_index(pod), "phase": status.get("phase"), "waiting": waiting, "node": (pod.get("spec") or {}).get("nodeName"),
+            "restarts": sum(cs.get("restartCount", 0) for cs in status.get("containerStatuses") or [])}
+
+
+def gpus_of(tj: dict) -> int | None:
+    """GPUs the job asks for: nodes times GPUs per node (``numProcPerNode`` on the torch runtime, as trainctl writes it)."""
+    trainer = tj["spec"].get("trainer") or {}
+    per = ((trainer.get("resourcesPerNode") or {}).get("limits") or {}).get("nvidia.com/gpu")
+    try:
+        return int(trainer.get("numNodes") or 1) * int(per) if per is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _cond(w: dict, kind: str) -> bool:
+    return any(c.get("type") == kind and c.get("status") == "True" for c in (w.get("status") or {}).get("conditions") or [])
+
+
+def _owner(w: dict) -> str:
+    return usage.job_of(w)
+
+
+def _position(queue: dict[str, Any], name: str) -> dict[str, Any]:
+    items = queue["items"]
+    mine = next((i for i in items if i["job"] == name), None)
+    ahead = [i["job"] for i in items if mine is not None and i is not mine and (i["position_in_local_queue"] or 0) < (mine["position_in_local_queue"] or 0)]
+    return {"position": mine["position_in_local_queue"] if mine else None, "position_in_cluster_queue": mine["position_in_cluster_queue"] if mine else None, "ahead": ahead,
+            "source": queue["source"], "estimated": queue["estimated"]}

@@ -1,0 +1,78 @@
+"""``trainctl ui``: the teams' portal (trainctl/portal) on this machine, at http://127.0.0.1:PORT,
+calling the API server with the kubeconfig's identity, its impersonation fields (``as``,
+``as-groups``, ``as-uid``, ``as-user-extra``) included. Only this machine can reach it (loopback),
+and it answers only requests whose Host is that address (a web page elsewhere cannot point a
+name of its own at it), with CSRF tokens on its forms."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import yaml
+from kubernetes import client, config
+from kubernetes.config.config_exception import ConfigException
+
+from trainctl.kube import ClusterError, default_namespace, kubeconfig_path
+
+DEFAULT_PORT = 8765
+
+
+def kubeconfig_user(kubeconfig: str | None, context: str | None) -> dict[str, Any]:
+    """The ``user`` entry of the context (the first file of a ``KUBECONFIG`` list that has it)."""
+    try:
+        found: Any = config.list_kube_config_contexts(config_file=kubeconfig_path(kubeconfig))
+        contexts, active = found
+    except (ConfigException, OSError) as err:
+        raise ClusterError(f"no usable kubeconfig ({err}); pass --kubeconfig or set KUBECONFIG") from None
+    chosen = next((c for c in contexts if c["name"] == context), None) if context else active
+    if chosen is None:
+        raise ClusterError(f"kubeconfig has no context {context!r}")
+    name = (chosen.get("context") or {}).get("user")
+    for path in kubeconfig_path(kubeconfig).split(":"):
+        try:
+            with open(path) as f:
+                doc = yaml.safe_load(f) or {}
+        except OSError:
+            continue
+        for u in doc.get("users") or []:
+            if u.get("name") == name:
+                return dict(u.get("user") or {}) | {"_name": name}
+    return {"_name": name}
+
+
+def build(kubeconfig: str | None, context: str | None, namespace: str | None, port: int):
+    """(the app, its URL)."""
+    from trainctl.portal.app import Settings, create_app
+    from trainctl.portal.identity import Caller, kubeconfig_headers
+
+    base = client.Configuration()
+    try:
+        config.load_kube_config(config_file=kubeconfig_path(kubeconfig), context=context, client_configuration=base, persist_config=False)
+    except (ConfigException, OSError) as err:
+        raise ClusterError(f"no usable kubeconfig ({err}); pass --kubeconfig or set KUBECONFIG") from None
+    user = kubeconfig_user(kubeconfig, context)
+    headers = kubeconfig_headers(user)
+    ns = namespace or default_namespace(kubeconfig, context)
+    caller = Caller(name=headers.get("Impersonate-User", [f"kubeconfig user {user.get('_name')}"])[0], namespace=ns, headers=headers, via="kubeconfig")
+    hosts = (f"127.0.0.1:{port}", f"localhost:{port}")
+    return create_app(base, Settings(mode="local", local_caller=caller, allowed_hosts=hosts)), f"http://127.0.0.1:{port}/"
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("ui", help="serve the teams' portal on 127.0.0.1 with the kubeconfig's identity")
+    p.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig context's)")
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
+    p.add_argument("--context", help="kubeconfig context (default: the current one)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port on 127.0.0.1 (default {DEFAULT_PORT})")
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    if not 1 <= args.port <= 65535:
+        raise ValueError(f"--port {args.port}: allowed: 1 to 65535")
+    app, url = build(args.kubeconfig, args.context, args.namespace, args.port)
+    print(f"trainctl ui: serving the portal at {url} (Ctrl-C stops it)", flush=True)
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
+    return 0
