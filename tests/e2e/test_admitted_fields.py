@@ -43,6 +43,18 @@ def teams(clusters):
     clusters.release(STACK, "admitted-fields")
 
 
+@pytest.fixture(scope="module")
+def dev(clusters):
+    """The dev stack (no Kueue, no teams) with the same grace periods: the Trainer and JobSet alone."""
+    stack = stack_file("dev")
+    cfg = stack["config"]
+    cfg["training-platform:trainer"] = {**cfg.get("training-platform:trainer", {}), "graceClasses": [OFFERED]}
+    cfg["training-platform:trainjobs"]["ddp"] = {**cfg["training-platform:trainjobs"].get("ddp", {}), "enabled": True, "terminationGraceSeconds": DDP_GRACE}
+    up = clusters.get("dev", instance="admitted-fields", stack_config=stack)
+    yield up
+    clusters.release("dev", "admitted-fields")
+
+
 def _admitted(admin, namespace: str, job: str) -> dict | None:
     for w in admin.list(*WORKLOAD, namespace):
         if any(r["name"] == job for r in w["metadata"].get("ownerReferences", [])):
@@ -62,10 +74,20 @@ def _ran(pods: list[dict], count: int) -> list[dict] | None:
     return done if len(done) >= count else None
 
 
-def _node_pods(up, namespace: str, job: str, count: int) -> list[dict]:
+def _node_pods(up, namespace: str, job: str, count: int, *, kueue: bool = True) -> list[dict]:
     admin = up.client()
-    wait_for(f"{job} admitted by Kueue", lambda: _admitted(admin, namespace, job), up, timeout=180)
+    if kueue:
+        wait_for(f"{job} admitted by Kueue", lambda: _admitted(admin, namespace, job), up, timeout=180)
     return wait_for(f"{job}'s node pods running", lambda: _ran(_pods(admin, namespace, job, "node"), count), up, timeout=240)
+
+
+def _holds(actual, wanted) -> bool:
+    """``actual`` has everything ``wanted`` has (the API server adds defaults such as defaultMode)."""
+    if isinstance(wanted, dict):
+        return isinstance(actual, dict) and all(_holds(actual.get(k), v) for k, v in wanted.items())
+    if isinstance(wanted, list):
+        return isinstance(actual, list) and len(actual) == len(wanted) and all(_holds(x, y) for x, y in zip(actual, wanted, strict=True))
+    return actual == wanted
 
 
 def _env(container: dict) -> dict[str, str | None]:
@@ -87,10 +109,10 @@ def _assert_fields(trainjob: dict, pod: dict, grace: int) -> None:
     # volumes and mounts from the pod patch
     volumes = {v["name"]: v for v in spec["volumes"]}
     for v in patch["volumes"]:
-        assert {k: val for k, val in volumes[v["name"]].items() if k in v} == v, v
+        assert _holds(volumes.get(v["name"]), v), v
     mounts = {m["mountPath"]: m for m in node["volumeMounts"]}
     for m in patch["containers"][0]["volumeMounts"]:
-        assert {k: mounts[m["mountPath"]].get(k) for k in m} == m, m
+        assert _holds(mounts.get(m["mountPath"]), m), m
     # node selector from the patch (Kueue adds its flavor's labels beside it)
     for k, val in patch["nodeSelector"].items():
         assert spec["nodeSelector"].get(k) == val, k
@@ -121,12 +143,20 @@ def test_kueues_admission_drops_a_pod_patch_grace_period(teams, tmp_path):
 
 
 def test_the_stacks_job_keeps_its_grace_period_and_every_field_after_admission(teams):
-    up, _ = teams
+    _stack_job_fields(teams[0], kueue=True)
+
+
+def test_the_stacks_job_gets_its_grace_period_and_every_field_without_kueue_too(dev):
+    _stack_job_fields(dev, kueue=False)
+
+
+def _stack_job_fields(up, *, kueue: bool) -> None:
     admin = up.client()
     ns = next(o["metadata"]["namespace"] for o in up.plan.objects if o["kind"] == "TrainJob")
     name = tj.WORKLOADS["ddp"].name
     rendered = next(o for o in up.plan.objects if o["kind"] == "TrainJob" and o["metadata"]["name"] == name)
-    pods = _node_pods(up, ns, name, rendered["spec"]["trainer"]["numNodes"])
+    assert bool(rendered["metadata"]["labels"].get("kueue.x-k8s.io/queue-name")) == kueue
+    pods = _node_pods(up, ns, name, rendered["spec"]["trainer"]["numNodes"], kueue=kueue)
     stored = admin.get(*TRAINJOB, name, ns)
     assert stored["spec"]["runtimeRef"]["name"].startswith(f"torch-distributed-gpu-grace{DDP_GRACE}-")
     assert trainer_api.read_pod_customization(stored["spec"]) == trainer_api.read_pod_customization(rendered["spec"])  # our patch, whole
@@ -152,21 +182,36 @@ def test_a_team_job_with_grace_seconds_gets_the_published_variant_and_keeps_ever
         _assert_fields(job, pod, OFFERED)
 
 
-def _team_job(tmp_path, runtime: dict, name: str) -> tuple[dict, dict]:
+def _team_job(tmp_path, runtime: dict, name: str, *, namespace: str = "vision", version: str = "v2.3.0") -> tuple[dict, dict]:
     """A team's job on ``runtime`` as the team would send it: trainctl's on the torch and tensorflow
-    families, the same shape on the others; on a runtime with initializers, a dataset and a model."""
-    family = runtime["metadata"]["labels"][rt.FAMILY_LABEL]
+    families, the same shape on the others; on a runtime with initializers, a dataset and a model
+    (and the content key for their pods, as the stack's FSDP job sends them)."""
+    family = runtime["metadata"]["labels"].get(rt.FAMILY_LABEL, runtime["metadata"]["labels"][rt.RUNTIME_LABEL])
     kind = "tensorflow" if family == "tensorflow-distributed" else "torch"
     (tmp_path / "train.py").write_text("print('hello')\n")
-    req = objects.Request(namespace="vision", nodes=1, command=["python", "train.py"], runtime=kind, name=name, runtime_name=runtime["metadata"]["name"])
+    req = objects.Request(namespace=namespace, nodes=1, command=["python", "train.py"], runtime=kind, name=name, runtime_name=runtime["metadata"]["name"], trainer_version=version)
     configmap, job = objects.build(req, code.collect(tmp_path))
     has_initializers = any(j["name"] == trainer_api.DATASET_INITIALIZER for j in runtime["spec"]["template"]["spec"]["replicatedJobs"])
     if has_initializers:
         key = [{"name": rt.INITIALIZED_KEY_ENV, "value": "0123456789"}]
         job["spec"]["initializer"] = trainer_api.initializer_spec(dataset_uri="hf://FiscalNote/billsum", model_uri="hf://google-t5/t5-small", token_secret=None, env=key)
-        patch = job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
-        patch += [{"name": n, "template": {"spec": {"template": {"metadata": md}}}} for n, md in sorted(tj.initializer_pod_metadata(job["spec"]["initializer"]).items())]
+        pod = trainer_api.read_pod_customization(job["spec"])
+        field, value = trainer_api.pod_customization(version, metadata=None, pod_spec=pod, job_metadata=tj.initializer_pod_metadata(job["spec"]["initializer"]))
+        job["spec"][field] = value
     return configmap, job
+
+
+def _every_step_runs(up, namespace: str, name: str, runtime: dict) -> None:
+    """Each replicated job of the runtime has a pod that runs (or ran), as the non-root user; a pod
+    Pod Security refused never appears, and the Job controller's FailedCreate says why."""
+    admin = up.client()
+    for step in [j["name"] for j in runtime["spec"]["template"]["spec"]["replicatedJobs"]]:
+        try:
+            pods = wait_for(f"{name} ({runtime['metadata']['name']}) {step} pod running", lambda s=step: _ran(_pods(admin, namespace, name, s), 1), up, timeout=300)
+        except AssertionError:
+            refused = [e["message"] for e in admin.list("v1", "Event", namespace) if e.get("reason") == "FailedCreate" and name in e["involvedObject"]["name"]]
+            raise AssertionError(f"{name} on {runtime['metadata']['name']}: no running {step} pod; FailedCreate: {refused[:2]}") from None
+        assert all(p["spec"]["securityContext"].get("runAsNonRoot") for p in pods), step
 
 
 def test_a_team_job_on_every_runtime_the_team_can_name_runs_under_restricted(teams, tmp_path):
@@ -188,15 +233,46 @@ def test_a_team_job_on_every_runtime_the_team_can_name_runs_under_restricted(tea
         submit(vision, configmap, job)
         jobs[name] = runtime
     for name, runtime in jobs.items():
-        steps = [j["name"] for j in runtime["spec"]["template"]["spec"]["replicatedJobs"]]
-        for step in steps:
-            try:
-                pods = wait_for(f"{name} ({runtime['metadata']['name']}) {step} pod running", lambda n=name, s=step: _ran(_pods(admin, "vision", n, s), 1), up, timeout=300)
-            except AssertionError:
-                refused = [e["message"] for e in admin.list("v1", "Event", "vision") if e.get("reason") == "FailedCreate" and name in e["involvedObject"]["name"]]
-                raise AssertionError(f"{name} on {runtime['metadata']['name']}: no running {step} pod; FailedCreate: {refused[:2]}") from None
-            assert all(p["spec"]["securityContext"].get("runAsNonRoot") for p in pods), step
-        try:
-            admin.delete(*TRAINJOB, name, "vision")
-        except ApiError:
-            pass
+        _every_step_runs(up, "vision", name, runtime)
+        admin.delete(*TRAINJOB, name, "vision")
+
+
+def _in_a_team_like_namespace(up, tmp_path, ns: str, version: str) -> None:
+    """In a namespace set up as a team's (Pod Security ``restricted``, the team label, the team's
+    checkpoint claim: a static volume bound to it, as manifests/tenants.py makes one), a job on
+    every runtime the stack renders, one after the other."""
+    from manifests.tenants import TEAM_LABEL, TEAM_POD_SECURITY_LABELS
+
+    admin = up.client()
+    admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {TEAM_LABEL: ns, **TEAM_POD_SECURITY_LABELS}}})
+    pv, pvc = tj.checkpoint_volume(ns=ns, storage_type="efs", volume_handle="fs-0123456789abcdef0::fsap-0123456789abcdef0", capacity_gib=10)
+    admin.apply(pv)
+    admin.apply(pvc)
+    # the API server enforces it: the initializer pod as it was (issue 32: no runAsNonRoot) is refused, as it is now admitted
+    template = rt.initializer_job(kind="dataset", image="ghcr.io/kubeflow/trainer/dataset-initializer:" + version)["template"]["spec"]["template"]
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "initializer-check", "namespace": ns}, "spec": copy.deepcopy(template["spec"])}
+    admin.create(pod, dry_run=True)
+    pod["spec"]["securityContext"] = {"seccompProfile": {"type": "RuntimeDefault"}}
+    with pytest.raises(ApiError) as refused:
+        admin.create(pod, dry_run=True)
+    assert refused.value.status == 403 and "runAsNonRoot" in str(refused.value), refused.value
+    runtimes = sorted((o for o in up.plan.objects if o["kind"] == "ClusterTrainingRuntime"), key=lambda r: r["metadata"]["name"])
+    assert up.plan.trainer_version == version and {r["metadata"]["name"] for r in runtimes} == {r["metadata"]["name"] for r in admin.list(*RUNTIMES)}
+    for i, runtime in enumerate(runtimes):
+        name = f"runtime-{i}"
+        (tmp_path / name).mkdir()
+        configmap, job = _team_job(tmp_path / name, runtime, name, namespace=ns, version=version)
+        submit(admin, configmap, job)
+        _every_step_runs(up, ns, name, runtime)
+        admin.delete(*TRAINJOB, name, ns)
+
+
+def test_on_trainer_v2_3_without_kueue_every_runtime_runs_in_a_restricted_namespace(dev, tmp_path):
+    """The dev stack's runtimes (grace variants included) on the Trainer and JobSet alone."""
+    assert len([o for o in dev.plan.objects if o["kind"] == "ClusterTrainingRuntime"]) >= 8
+    _in_a_team_like_namespace(dev, tmp_path, "team-v23-runtimes", "v2.3.0")
+
+
+def test_on_trainer_v2_1_every_runtime_runs_in_a_restricted_namespace(clusters, tmp_path):
+    """The workshop stack (Trainer v2.1.0: no teams, no Kueue)."""
+    _in_a_team_like_namespace(clusters.get("workshop"), tmp_path, "team-v21-runtimes", "v2.1.0")
