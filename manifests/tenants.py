@@ -235,9 +235,9 @@ def fsx_volume(file_system_id: str, mount_name: str, team: str) -> tuple[str, st
 def tenant_dirs_script(teams: list[str], uid: int) -> str:
     """Shell that creates each team's directory owned by the training user, mode 0755 (idempotent:
     a later run chmods directories the user owns, hence the Job's CAP_FOWNER beside CAP_CHOWN).
-    0755, not 0750: the kubelet creates the initializers' sub-path directories as root with the
-    volume root's mode (kubelet ``makeMounts``: ``GetMode`` then ``SafeMakeDir``), and the trainer
-    pods (the training uid) must read what the root-run initializers wrote there. Other teams
+    The initializers run as the training user too (manifests/runtimes.py: their init container
+    makes their sub-path directory as that user, since the kubelet would make it as root with the
+    volume root's mode: kubelet ``makeMounts``, ``GetMode`` then ``SafeMakeDir``). Other teams
     never see the directory: their volumes mount only their own."""
     for t in teams:
         if not DNS_LABEL_RE.fullmatch(t):

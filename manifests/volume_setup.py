@@ -53,9 +53,8 @@ def directories_job(*, namespace: str, prefix: str, script: str, image: str, cla
 
 
 def owner_script(uid: int) -> str:
-    """Hand the claim's root to the training user (mode 0755: the Trainer's initializers, which run
-    as root, still write their sub-directories, and the kubelet creates sub-path directories with
-    the root's mode)."""
+    """Hand the claim's root to the training user (mode 0755), as whom the trainer pods and the
+    Trainer's initializers run (manifests/runtimes.py)."""
     return f"set -eu; chmod 0755 {MOUNT}; chown {uid}:{uid} {MOUNT}"
 
 
