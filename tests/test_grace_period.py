@@ -255,3 +255,18 @@ def test_the_emulator_kills_a_node_that_outstays_its_grace_period():
     env = {"PATH": "/usr/bin:/bin", GRACE_ENV: "1"}
     result = emulate._run_pods([(ignores, env), (leaves, env)], ["j-node-0-0", "j-node-0-1"], "node", timeout_s=30, quiet=True)
     assert [(f.pod, f.exit_code) for f in result.failed] == [("j-node-0-0", 137)]
+
+
+def test_a_local_run_with_grace_seconds_gets_the_variant_the_platform_would_render(tmp_path, capsys):
+    """``trainctl submit --local --grace-seconds``: the emulator renders the stack with that grace
+    class when the stack offers none, so the nodes get the job's grace period."""
+    import yaml
+
+    from tools import emulator_objects
+
+    req = objects_.Request(namespace="local", nodes=2, command=["python", "launch.py"], gpus_per_node=1, grace_seconds=600)
+    cm, job = objects_.build(req, code.collect(PROGRAMS))
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump_all([cm, job]))
+    local = emulator_objects.load_trainjob_file(str(tmp_path / "job.yaml"), "dev", str(tmp_path / "work"))
+    assert local.env[GRACE_ENV] == "600"
+    assert "note:" not in capsys.readouterr().out  # the name it references is the one rendered

@@ -191,6 +191,23 @@ def write_configmap(cm: dict, items: list[dict] | None, local: str) -> None:
 # --- a TrainJob file (trainctl submit --dry-run) -----------------------------------------------
 
 
+def _with_grace_class(stack: str, stack_config: dict | None, grace: int) -> list[dict]:
+    """The stack's runtimes rendered with ``grace`` among its ``trainer.graceClasses`` (a TrainJob
+    of ``trainctl submit --grace-seconds`` names that variant: manifests/runtimes.py)."""
+    import copy
+
+    from config.stack_file import load_stack_file
+
+    config = copy.deepcopy(stack_config) if stack_config is not None else load_stack_file(os.path.join(PROJECT_DIR, f"Pulumi.{stack}.yaml"))
+    trainer = config.setdefault("config", {}).setdefault("training-platform:trainer", {})
+    trainer["graceClasses"] = sorted({*trainer.get("graceClasses", []), grace})
+    try:
+        run = run_program(PROJECT_DIR, stack, stack_config=config)
+    except (ProgramError, StackFileError) as err:
+        raise EmulationError(str(err)) from None
+    return [o for o in manifests(run).values() if o["kind"] == "ClusterTrainingRuntime"]
+
+
 def load_trainjob_file(path: str, stack: str, work_dir: str, python: str | None = None, stack_config: dict | None = None) -> Job:
     """The local Job of a TrainJob file (``trainctl submit --dry-run`` output: its code ConfigMap
     and the TrainJob) on the runtime the stack renders. A runtimeRef that names no rendered
@@ -220,10 +237,14 @@ def load_trainjob_file(path: str, stack: str, work_dir: str, python: str | None 
     runtime = next((r for r in runtimes if r["metadata"]["name"] == ref), None)
     if runtime is None:
         base = re.sub(r"-[0-9a-f]{8}$", "", ref)
+        variant = re.fullmatch(r"(.+)-grace(\d+)", base)
+        if variant and not any(r["metadata"].get("labels", {}).get(RUNTIME_LABEL) == base for r in runtimes):
+            runtimes = _with_grace_class(stack, stack_config, int(variant.group(2)))  # the variant as a stack offering it renders it
         runtime = next((r for r in runtimes if r["metadata"].get("labels", {}).get(RUNTIME_LABEL) == base), None)
         if runtime is None:
             raise EmulationError(f"TrainJob {tj['metadata']['name']} references runtime {ref}; stack {stack} renders no runtime {base}")
-        print(f"emulate: note: stack {stack} renders {base} as {runtime['metadata']['name']}, not {ref}: using it", flush=True)
+        if runtime["metadata"]["name"] != ref:
+            print(f"emulate: note: stack {stack} renders {base} as {runtime['metadata']['name']}, not {ref}: using it", flush=True)
         tj = {**tj, "spec": {**tj["spec"], "runtimeRef": {**tj["spec"]["runtimeRef"], "name": runtime["metadata"]["name"]}}}
     if python is None and runtime["metadata"].get("labels", {}).get(FRAMEWORK_LABEL) == "tensorflow":
         python = os.path.join(PROJECT_DIR, TF_VENV, "bin", "python")
