@@ -61,6 +61,7 @@ class CappedLog(io.TextIOBase):
         self.path, self.max_bytes = os.fspath(path), max_bytes
         self._lock = threading.Lock()
         self._fh = open(self.path, "ab")  # noqa: SIM115 - held for the emulator's life
+        self._size = os.fstat(self._fh.fileno()).st_size  # what it holds, buffered writes included
 
     def writable(self) -> bool:
         return True
@@ -68,10 +69,10 @@ class CappedLog(io.TextIOBase):
     def write(self, s: str) -> int:
         data = s.encode("utf-8", errors="replace")
         with self._lock:
-            size = os.fstat(self._fh.fileno()).st_size
-            if size and size + len(data) > self.max_bytes:
+            if self._size and self._size + len(data) > self.max_bytes:
                 self._rotate()
             self._fh.write(data)
+            self._size += len(data)
         return len(s)
 
     def flush(self) -> None:
@@ -83,12 +84,14 @@ class CappedLog(io.TextIOBase):
         os.replace(self.path, self.path + ".1")
         self._fh = open(self.path, "ab")  # noqa: SIM115
         name = os.path.basename(self.path)
-        self._fh.write(
+        marker = (
             f"emulate: {name} reached its cap of {self.max_bytes} bytes ({self.max_bytes / 2**20:g} MiB): "
-            f"the output before this line is in {name}.1, anything older was dropped\n".encode()
-        )
+            f"the output before this line is in {name}.1, anything older was dropped\n"
+        ).encode()
+        self._fh.write(marker)
+        self._size = len(marker)
 
     def close(self) -> None:
+        super().close()  # flushes first
         with self._lock:
             self._fh.close()
-        super().close()
