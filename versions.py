@@ -154,3 +154,9 @@ KARPENTER_CORE_VERSION = "v" + KARPENTER_VERSION
 KWOK_MODULE = "sigs.k8s.io/kwok"
 KWOK_VERSION = "v0.8.0"
 KARPENTER_AWS_MODULE = "github.com/aws/karpenter-provider-aws"  # its CRDs (karpenter.sh with the AWS label allow-list, EC2NodeClass) at KARPENTER_VERSION
+# Helm's SDK, for rendering the stack's charts as its Helm releases install them (tools/cluster/charts.py,
+# a small main of ours: tools/cluster/helm_template.go). v3.20.2 is what pulumi-kubernetes embeds for
+# helm.v3.Release in v4.30.0 to v4.32.0 and on its main branch of 2026-07-01 (provider/go.mod); the
+# version inside pulumi-kubernetes 4.34.2 (requirements.txt) was not confirmed.
+HELM_MODULE = "helm.sh/helm/v3"
+HELM_VERSION = "v3.20.2"

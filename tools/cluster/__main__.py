@@ -6,6 +6,8 @@ Usage:
   python -m tools.cluster build --stack dev [--stack prod ...]   only build the stacks' components (cached per version)
   python -m tools.cluster build --all         every pinned version (KUBERNETES minors, Trainer releases, ...)
   python -m tools.cluster status --stack dev  its processes, and any that died, with their last log lines
+  python -m tools.cluster charts --stack dev  render the stack's Helm charts that ship in the components' modules
+                                              with its values (unknown keys fail); no cluster needed
 
 Every failure is one line (and, for a component that exited, its last log lines), exit 2.
 """
@@ -26,7 +28,7 @@ def _build(args) -> str:
         units: list[build.Unit] = [build.kubernetes(m) for m in versions.LOCAL_KUBERNETES_RELEASES]
         for trainer in versions.TRAINER_VERSIONS:
             units += [build.jobset(trainer), build.trainer(trainer)]
-        units += [build.karpenter(), build.kwok(), build.kueue(), build.etcd()]
+        units += [build.karpenter(), build.kwok(), build.kueue(), build.etcd(), build.helm()]
     else:
         from tools.cluster.plan import stack_plan
         from tools.cluster.up import PROJECT_DIR, _region
@@ -36,8 +38,30 @@ def _build(args) -> str:
         for stack in args.stack or ["dev"]:
             plan = stack_plan(run_program(str(PROJECT_DIR), stack), _region(stack, None))
             units += [u for u in build.units_for(plan.kubernetes_version, plan.trainer_version, plan.kueue is not None) if u not in units]
+        units.append(build.helm())  # the e2e tests render the stacks' charts with it (tests/e2e/test_charts.py)
     seconds = build.build_all(units)
     return f"cluster build: {len(units)} components ready under {build.cache_dir() / 'bin'}; built now in {seconds:.0f} s (0 = all cached)"
+
+
+def _charts(args) -> str:
+    from tools.cluster import charts
+    from tools.cluster.plan import stack_plan
+    from tools.cluster.up import PROJECT_DIR, _region
+    from tools.mock_runtime import run_program
+
+    plan = stack_plan(run_program(str(PROJECT_DIR), args.stack), _region(args.stack, None))
+    try:
+        rendered = charts.rendered(plan)
+    except charts.ChartError as err:
+        raise ValueError(str(err)) from None
+    lines = [f"charts {args.stack}: rendered with the stack's values by the Helm SDK {versions.HELM_VERSION}"]
+    for r in rendered:
+        kinds: dict[str, int] = {}
+        for obj in r.manifests + r.crds + [h["object"] for h in r.hooks]:
+            kinds[obj["kind"]] = kinds.get(obj["kind"], 0) + 1
+        lines.append(f"  {r.release.name} {r.source.chart_version} ({r.source}): {', '.join(f'{n} {k}' for k, n in sorted(kinds.items()))}")
+    lines += [f"  {name}: not rendered: {why}" for name, why in charts.not_rendered(plan).items()]
+    return "\n".join(lines)
 
 
 def _status(args) -> str:
@@ -57,7 +81,7 @@ def _status(args) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.cluster", description="A local Kubernetes control plane for a stack, from the pinned upstream releases.")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("up", "down", "build", "status"):
+    for name in ("up", "down", "build", "status", "charts"):
         p = sub.add_parser(name)
         if name == "build":
             p.add_argument("--stack", action="append", help="a stack whose components to build (repeatable)")
@@ -85,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         message, code = wrap_errors(stop)
     elif args.cmd == "build":
         message, code = wrap_errors(lambda: _build(args))
+    elif args.cmd == "charts":
+        message, code = wrap_errors(lambda: _charts(args))
     else:
         message, code = wrap_errors(lambda: _status(args))
     stream = sys.stdout if code in (0, 1) else sys.stderr  # 1: up, with problems in its summary

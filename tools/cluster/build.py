@@ -15,6 +15,7 @@ Usage: python -m tools.cluster.build --stack dev | --all   (prints what it built
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pathlib
@@ -76,9 +77,15 @@ class Unit:
         if not stamp.is_file() or not all(self.path(b).is_file() for b in self.binaries):
             return False
         try:
-            return json.loads(stamp.read_text()).get("ldflags") == self.ldflags
+            info = json.loads(stamp.read_text())
         except ValueError:
             return False
+        # a main of ours rebuilds when its source changes (a stamp from before digests were kept passes)
+        return info.get("ldflags") == self.ldflags and info.get("main", self.main_digest) == self.main_digest
+
+    @property
+    def main_digest(self) -> str | None:
+        return hashlib.sha256(self.main.encode()).hexdigest() if self.main is not None else None
 
 
 def kubernetes(minor: str) -> Unit:
@@ -125,6 +132,13 @@ def etcd() -> Unit:
 
 def kwok() -> Unit:
     return Unit(versions.KWOK_MODULE, versions.KWOK_VERSION, {"kwok": f"{versions.KWOK_MODULE}/cmd/kwok"})
+
+
+def helm() -> Unit:
+    """Our ``helm-template`` main on the Helm SDK (not ``cmd/helm``: no registry, storage or cluster
+    client to compile), rendering a chart as ``helm template`` does."""
+    main = (pathlib.Path(__file__).parent / "helm_template.go").read_text()
+    return Unit(versions.HELM_MODULE, versions.HELM_VERSION, {"helm-template": f"{BUILD_MODULE}/helm-template"}, main=main)
 
 
 def units_for(kubernetes_minor: str, trainer_version: str, with_kueue: bool) -> list[Unit]:
@@ -208,7 +222,7 @@ def build(unit: Unit, *, echo=print) -> float:
     for binary, pkg in unit.binaries.items():
         _run(unit, [go, "build", f"-ldflags={unit.ldflags}", "-o", str(unit.path(binary)), pkg], work, log, env)
     seconds = time.monotonic() - started
-    (unit.bin_dir / ".built").write_text(json.dumps({"module": unit.module, "version": unit.version, "seconds": round(seconds, 1), "ldflags": unit.ldflags}) + "\n")
+    (unit.bin_dir / ".built").write_text(json.dumps({"module": unit.module, "version": unit.version, "seconds": round(seconds, 1), "ldflags": unit.ldflags, **({"main": unit.main_digest} if unit.main is not None else {})}) + "\n")
     echo(f"cluster: built {unit.module}@{unit.version} in {seconds:.0f} s")
     return seconds
 
