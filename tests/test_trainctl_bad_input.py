@@ -164,9 +164,13 @@ def test_the_stored_size_counts_base64_keys_and_the_trainjobs_items():
 def test_local_nodes_are_capped_by_a_maximum_and_the_machines_memory(home, proj, capsys, nothing_starts, monkeypatch):
     rc, out, err = run(capsys, "submit", "--local", "--nodes", str(local.MAX_LOCAL_NODES + 1), str(proj), "--", "python", "train.py")
     one_line(rc, out, err, f"a local job runs at most {local.MAX_LOCAL_NODES} nodes")
-    monkeypatch.setattr(local, "available_memory_bytes", lambda: 3 * local.NODE_MEMORY_BYTES + 1)
+    monkeypatch.setattr(local, "available_memory_bytes", lambda: 3 * local.node_memory_bytes(1) + 1)
     rc, out, err = run(capsys, "submit", "--local", "--nodes", "4", str(proj), "--", "python", "train.py")
-    one_line(rc, out, err, "room for 3 local nodes")
+    one_line(rc, out, err, "room for 3 local nodes of ~700 MB")
+    rc, out, err = run(capsys, "submit", "--local", "--nodes", "2", "--gpus-per-node", "4", "--instance-type", "g5.12xlarge", str(proj), "--", "python", "train.py")
+    one_line(rc, out, err, "room for 1 local node of ~1750 MB")  # a worker more a node: ~350 MB more
+    rc, out, err = run(capsys, "submit", "--local", "--nodes", "2", "--gpus-per-node", "1", "--name", "fits", "--dry-run", str(proj), "--", "python", "train.py")
+    assert rc == 0, err
     assert not home.exists()
 
 

@@ -44,7 +44,10 @@ EVIDENCE_BYTES = 4 * 1024 * 1024  # what diagnose reads of it
 JOB_FILES = {"objects.yaml", "job.json", LOG, f"{LOG}.1", "result.json", "work"}  # what a job's directory holds
 STOP_MARGIN_S = 30
 MAX_LOCAL_NODES = 16
-NODE_MEMORY_BYTES = 550 * 10**6  # one emulated node (launcher, torchrun, a CPU worker with torch), as measured: see README  # past the grace period, for the emulator to SIGKILL and leave, before trainctl SIGKILLs what is left
+# one Python process with torch imported and gloo initialized (torchrun, or a worker): ~350 MB of
+# proportional set size (PSS, shared pages split), measured on a local node of torch 2.13 CPU: torchrun
+# 350 MB, its worker 350 MB, the launchers 7 MB each (a node of one process: ~715 MB)
+PROCESS_MEMORY_BYTES = 350 * 10**6  # past the grace period, for the emulator to SIGKILL and leave, before trainctl SIGKILLs what is left
 
 
 class LocalError(Exception):
@@ -94,15 +97,21 @@ def available_memory_bytes() -> int | None:
     return None
 
 
-def node_problems(nodes: int) -> list[str]:
+def node_memory_bytes(procs_per_node: int) -> int:
+    """What one local node takes: its torchrun and a worker per process, each a Python with torch."""
+    return (1 + procs_per_node) * PROCESS_MEMORY_BYTES
+
+
+def node_problems(nodes: int, procs_per_node: int = 1) -> list[str]:
     """A local job's node count against this machine: at most ``MAX_LOCAL_NODES``, and no more
-    than its available memory holds at ``NODE_MEMORY_BYTES`` a node."""
+    than its available memory holds (:func:`node_memory_bytes` a node)."""
+    each = node_memory_bytes(max(procs_per_node, 1))
     if nodes > MAX_LOCAL_NODES:
-        return [f"--nodes {nodes}: a local job runs at most {MAX_LOCAL_NODES} nodes on this machine (each is a set of processes of ~{NODE_MEMORY_BYTES // 10**6} MB); submit it to a cluster for more"]
+        return [f"--nodes {nodes}: a local job runs at most {MAX_LOCAL_NODES} nodes on this machine (each a set of processes of ~{each // 10**6} MB); submit it to a cluster for more"]
     free = available_memory_bytes()
-    if free is not None and nodes * NODE_MEMORY_BYTES > free:
-        fits = free // NODE_MEMORY_BYTES
-        return [f"--nodes {nodes}: this machine has {free // 2**20} MiB of memory available, room for {fits} local node{'s' if fits != 1 else ''} of ~{NODE_MEMORY_BYTES // 10**6} MB; use fewer nodes or a cluster"]
+    if free is not None and nodes * each > free:
+        fits = free // each
+        return [f"--nodes {nodes}: this machine has {free // 2**20} MiB of memory available, room for {fits} local node{'s' if fits != 1 else ''} of ~{each // 10**6} MB; use fewer nodes (or processes) or a cluster"]
     return []
 
 

@@ -46,7 +46,7 @@ def cmd_submit_local(args: argparse.Namespace, command: list[str]) -> int:
         instance_type=args.instance_type or objects.DEFAULT_INSTANCE_TYPE, image=args.image, name=args.name, trainer_version=args.trainer_version or versions.DEFAULT_TRAINER_VERSION,
         grace_seconds=args.grace_seconds, priority=args.priority, efa_zone=args.efa_zone,
     )
-    found = objects.problems(req) + local.node_problems(req.nodes)
+    found = objects.problems(req) + local.node_problems(req.nodes, req.gpus_per_node or 1)
     if found:  # every problem at once, before the code dir is read
         raise objects.SubmitError("\n".join(found))
     cm, tj = objects.build(req, collect(args.code_dir))
