@@ -1,8 +1,9 @@
 """Run a rendered TrainJob on this machine the way Kubeflow Trainer runs it on nodes.
 
 The stack is rendered with the mock runtime; the TrainJob, its ClusterTrainingRuntime and its
-code ConfigMap are read from the rendered manifests. Each node is one process group started
-with the environment the Trainer injects (``PET_NNODES``, ``PET_NPROC_PER_NODE`` from the
+code ConfigMap are read from the rendered manifests. Each node is started as the first process
+of a PID namespace of its own where the machine allows it, as in its container (tools/emulator_pods.py:
+nothing of a node outlives it), with the environment the Trainer injects (``PET_NNODES``, ``PET_NPROC_PER_NODE`` from the
 TrainJob's ``trainer.numProcPerNode``, ``PET_NODE_RANK``, ``PET_MASTER_ADDR``,
 ``PET_MASTER_PORT``) and the container command and arguments exactly as rendered; mount paths
 are mapped to local directories (the ConfigMap's files for the code volume, a persistent

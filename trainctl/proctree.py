@@ -11,8 +11,8 @@ A process belongs to a job (or to one emulated pod) when any of these holds, rea
   namespace of its own, as in its container, so nothing of it outlives its first process);
 - it is in the session the emulator started the pod in.
 
-Only processes of this machine's user that are not this process or one of its ancestors are
-touched; a namespace is never this process's own.
+This process and its ancestors are never signalled, nor is this process's own namespace taken for
+a pod's; a signal the system refuses (another user's process) is passed over.
 """
 
 from __future__ import annotations
