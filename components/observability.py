@@ -21,9 +21,10 @@ Facts relied on, and where they come from:
   (aws/amazon-cloudwatch-agent-operator: ``amazonCloudWatchNamespace``, ``amazonCloudWatchAgentName``;
   the chart's ``cloudwatch-agent.serviceAccountName``). Pod Identity works from add-on 3.1.0 (CloudWatch
   User Guide, "Quick start with the Amazon CloudWatch Observability EKS add-on") and needs the
-  ``eks-pod-identity-agent`` add-on, which ``components/gpu_aws.py`` installs in karpenter mode; EKS Auto
-  Mode runs the Pod Identity agent itself (EKS User Guide, "Automate cluster infrastructure with
-  EKS Auto Mode": the agent is one of Auto Mode's built-in components).
+  ``eks-pod-identity-agent`` add-on, which ``components/gpu_aws.py`` installs in both modes: EKS Auto
+  Mode runs the Pod Identity agent only on its own nodes (EKS User Guide, "Automate cluster
+  infrastructure with EKS Auto Mode": the agent is one of Auto Mode's built-in components), and the
+  CloudWatch agent also runs on the managed node groups (``config/node_agents.yaml``).
 * Permissions: the AWS-managed ``CloudWatchAgentServerPolicy`` (EKS User Guide, "Amazon CloudWatch
   Observability agent" add-on page). ``AWSXrayWriteOnlyAccess`` is for Application Signals' traces;
   the agent configuration here collects none (no ``application_signals``), so it is not attached.
