@@ -68,6 +68,11 @@ training_image = TrainingImage("workloads", cluster_name=settings.cluster_name, 
 if storage and settings.tenants.teams():
     tenants = Tenants("tenants", settings=settings, cluster=cluster, storage=storage, kueue=kueue, provider=cluster.provider, tags=tags, image=training_image.ref if training_image else None)
     pulumi.export("teamNamespaces", tenants.namespaces)
+if settings.portal.enabled:  # the teams' portal behind an ALB with OIDC login (its teams are tenants: checked by the config)
+    from components.portal import Portal
+
+    portal = Portal("portal", settings=settings, cluster=cluster, network=network, gpu_aws=gpu_aws, provider=cluster.provider, tags=tags)
+    pulumi.export("portalUrl", portal.url)
 if storage and settings.trainjobs.jobs():
     jobs = TrainJobs("jobs", settings=settings, trainer=trainer, storage=storage, capacity=capacity.node_pools, provider=cluster.provider, image=training_image.ref if training_image else None, kueue=kueue, images=images)
     pulumi.export("trainJobs", jobs.names)

@@ -160,3 +160,20 @@ KARPENTER_AWS_MODULE = "github.com/aws/karpenter-provider-aws"  # its CRDs (karp
 # version inside pulumi-kubernetes 4.34.2 (requirements.txt) was not confirmed.
 HELM_MODULE = "helm.sh/helm/v3"
 HELM_VERSION = "v3.20.2"
+
+# The teams' portal (portal.enabled; manifests/portal.py, components/portal.py). Its image: a slim
+# Python base (the same pinned one as the cleanup job's) with the portal's own requirements
+# (portal/requirements.txt, pinned), built from portal/Dockerfile into the stack's ECR.
+PORTAL_BASE_IMAGE = "public.ecr.aws/docker/library/python:3.13.7-slim-bookworm"
+PORTAL_UID = "10001"
+# The AWS Load Balancer Controller, installed with the portal where the GPU pool is self-managed
+# (Auto Mode brings its own load balancing): chart and app v3.5.0 (kubernetes-sigs/aws-load-balancer-controller
+# tag v3.5.0, helm/aws-load-balancer-controller/Chart.yaml), published in the eks-charts repository.
+ALB_CONTROLLER_CHART = "aws-load-balancer-controller"
+ALB_CONTROLLER_CHART_REPO = "https://aws.github.io/eks-charts"
+ALB_CONTROLLER_VERSION = "3.5.0"
+# Its IAM policy, config/alb_controller_iam_policy.json, is this file of that release, unchanged
+# (the project's installation guide docs/deploy/installation.md downloads it from there);
+# tests/test_portal_stack.py pins the file's SHA-256 and this source.
+ALB_CONTROLLER_IAM_POLICY_SOURCE = "https://raw.githubusercontent.com/kubernetes-sigs/aws-load-balancer-controller/v3.5.0/docs/install/iam_policy.json"
+ALB_CONTROLLER_IAM_POLICY_SHA256 = "16f232c9d9f79366fe949c4550ad517a202380058a9e48d45a4e215044a20a6a"

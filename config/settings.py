@@ -96,6 +96,7 @@ from config.job_models import (  # noqa: F401
     hf_uri,
     system_namespaces,
 )
+from config.portal_models import PortalSettings, portal_rules
 from config.schema import ConfigError, ConfigErrors, Section, problems_of, repaired_section, unknown_key_hint, validate_section
 from config.team_models import DOWNLOAD_MIB_PER_S, LOG_RETENTION_DAYS, NODE_LAUNCH_MINUTES, KueueSettings, ObservabilitySettings, SmokeChecksSettings, TenantSettings, TenantsSettings, duration_seconds  # noqa: F401
 
@@ -116,6 +117,7 @@ class StackConfig(Section):
     kueue: KueueSettings = Field(default_factory=KueueSettings, description="Kueue job queueing (quotas with borrowing, all-or-nothing admission)")
     observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings, description="metrics, logs and the dashboard (CloudWatch, Prometheus or none)")
     smoke_checks: SmokeChecksSettings = Field(default_factory=SmokeChecksSettings, description="deploy-time GPU smoke check")
+    portal: PortalSettings = Field(default_factory=PortalSettings, description="the teams' portal: web page and API behind an ALB with OIDC login (off by default)")
 
 
 SECTIONS: dict[str, type[Section]] = {cast(str, f.alias): cast(type[Section], f.annotation) for f in StackConfig.model_fields.values()}
@@ -368,6 +370,7 @@ _RULES: list[tuple[tuple[str, ...], str | None, Callable[[Settings], Iterator[Co
     (("gpuPool", "efa", "trainer", "trainjobs"), None, _job_rules),
     (("gpuPool", "efa", "trainjobs", "smokeChecks"), "region", lambda s: _offer_rules(s)),
     (("cluster", "gpuPool", "trainer", "trainjobs", "tenants", "kueue"), None, _tenant_rules),
+    (("tenants", "portal"), None, lambda s: portal_rules(list(s.tenants.teams()), s.portal)),
     (("trainer", "trainjobs", "gpuPool", "smokeChecks"), None, lambda s: _lifecycle_rules(s)),
     (("trainjobs", "kueue"), None, lambda s: _start_time_rule(s)),
 ]

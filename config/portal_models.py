@@ -1,0 +1,79 @@
+"""The teams' portal (``training-platform:portal``): the web page and API of trainctl/portal behind an
+ALB with OIDC login (manifests/portal.py, components/portal.py). Off by default."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from config.checks import _cidr_list, _pattern, _unique
+from config.schema import Bool, ConfigError, Section, opt, problems_of
+
+HTTPS_URL_RE = re.compile(r"^https://[A-Za-z0-9.-]+(:\d{1,5})?(/[A-Za-z0-9._~%!$&'()*+,;=:@/-]*)?$", re.ASCII)
+HOST_RE = re.compile(r"^(?=.{1,253}$)([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$", re.ASCII)
+# ACM certificate ARNs (AWS General Reference, "Amazon Resource Names": arn:aws:acm:<region>:<account>:certificate/<id>)
+ACM_ARN_RE = re.compile(r"^arn:aws[a-z-]*:acm:[a-z0-9-]+:\d{12}:certificate/[0-9a-f-]{36}$", re.ASCII)
+EMAIL_RE = re.compile(r"^[^@\s]{1,64}@[A-Za-z0-9.-]{1,255}$", re.ASCII)
+# an IdP group as its groups claim names it: printable, no spaces at the ends, never Kubernetes' system: prefix
+GROUP_RE = re.compile(r"^(?!system:)[\x21-\x7e]([\x20-\x7e]{0,254}[\x21-\x7e])?$", re.ASCII)
+REQUIRED = ("host", "certificateArn", "issuer", "authorizationEndpoint", "tokenEndpoint", "userInfoEndpoint", "clientId", "clientSecret")
+
+
+class PortalTeamSettings(Section):
+    """Who belongs to one team when they sign in to the portal."""
+
+    groups: list[str] = opt([], "IdP groups (the login's groups claim) whose members act as this team", check=_pattern(GROUP_RE, "a group name of printable characters, not starting with system:"))
+    emails: list[str] = opt([], "e-mail addresses (the login's email claim) that act as this team", check=_pattern(EMAIL_RE, "an e-mail address such as ana@example.com"))
+
+    def problems(self, path: str) -> Iterator[ConfigError]:
+        if not self.groups and not self.emails:
+            yield ConfigError(path, {}, "required: at least one of groups or emails (who signs in as this team)")
+        for key, values in (("groups", self.groups), ("emails", [e.lower() for e in self.emails])):
+            if _unique(values):
+                yield ConfigError(f"{path}.{key}", values, "allowed: a list without duplicates")
+
+
+class PortalSettings(Section):
+    """The portal: its address, the ALB's OIDC login, and which logins act as which team."""
+
+    enabled: Bool = opt(False, "run the teams' portal (web page and API) behind an ALB with OIDC login; every Kubernetes call is made as the signed-in user's team")
+    host: str | None = opt(None, "host name users open (DNS points it at the ALB; the certificate's name)", check=_pattern(HOST_RE, "a DNS name such as portal.example.com"))
+    certificate_arn: str | None = opt(None, "ACM certificate for host (HTTPS listener)", check=_pattern(ACM_ARN_RE, "an ACM certificate ARN such as arn:aws:acm:us-west-2:123456789012:certificate/<uuid>"))
+    issuer: str | None = opt(None, "OIDC issuer of the identity provider", check=_pattern(HTTPS_URL_RE, "an https:// URL"))
+    authorization_endpoint: str | None = opt(None, "OIDC authorization endpoint", check=_pattern(HTTPS_URL_RE, "an https:// URL"))
+    token_endpoint: str | None = opt(None, "OIDC token endpoint", check=_pattern(HTTPS_URL_RE, "an https:// URL"))
+    user_info_endpoint: str | None = opt(None, "OIDC user info endpoint (the ALB puts its claims, groups and email among them, in x-amzn-oidc-data)", check=_pattern(HTTPS_URL_RE, "an https:// URL"))
+    client_id: str | None = opt(None, "OIDC client id of the portal's app at the identity provider")
+    client_secret: str | None = opt(None, "OIDC client secret: set it as a Pulumi secret (pulumi config set --secret --path 'training-platform:portal.clientSecret')")
+    scope: str = opt("openid email", "OIDC scopes the ALB asks for (add the one your IdP needs for a groups claim)", check=_pattern(re.compile(r"^openid( [A-Za-z0-9_:.-]+)*$", re.ASCII), "space-separated scopes starting with openid"))
+    inbound_cidrs: list[str] = opt(["0.0.0.0/0"], "who may reach the ALB (its security group)", check=_cidr_list)
+    teams: dict[str, PortalTeamSettings] = opt({}, "team (one of tenants) -> who signs in as it: groups (IdP groups, the login's groups claim) and/or emails (the login's email claim)")
+
+    def problems(self, path: str) -> Iterator[ConfigError]:
+        for team, login in self.teams.items():  # a map of sections: not reached by problems_of
+            yield from problems_of(login, f"{path}.teams.{team}")
+        given = self.model_dump(by_alias=True, exclude_defaults=True)
+        if not self.enabled:
+            for key in sorted(set(given) - {"enabled"}):
+                yield ConfigError(f"{path}.{key}", "<set>" if key == "clientSecret" else given[key], "does nothing while portal.enabled is false; set portal.enabled: true or remove it")
+            return
+        for key in REQUIRED:
+            if getattr(self, _attr(key)) is None:
+                yield ConfigError(f"{path}.{key}", None, "required when portal.enabled is true")
+        if not self.teams:
+            yield ConfigError(f"{path}.teams", {}, "required when portal.enabled is true: at least one team (one of tenants) and who signs in as it")
+
+
+def _attr(key: str) -> str:
+    return re.sub(r"[A-Z]", lambda m: "_" + m.group(0).lower(), key)
+
+
+def portal_rules(tenants: list[str], portal: PortalSettings) -> Iterator[ConfigError]:
+    """Across sections: the portal's teams are the stack's tenants."""
+    if not portal.enabled:
+        return
+    if not tenants:
+        yield ConfigError("portal.enabled", True, "the portal serves teams and this stack has none; configure tenants")
+    for team in portal.teams:
+        if team not in tenants:
+            yield ConfigError(f"portal.teams.{team}", team, f"not a team of this stack; allowed: one of tenants ({', '.join(tenants) or 'none'})")
