@@ -44,6 +44,7 @@ _KID_RE = re.compile(r"^[A-Za-z0-9-]{1,64}$", re.ASCII)
 # a header value the API server takes as is: printable ASCII, no spaces at the ends
 _HEADER_VALUE_RE = re.compile(r"^[\x21-\x7e](?:[\x20-\x7e]{0,254}[\x21-\x7e])?$", re.ASCII)
 CLOCK_SKEW_S = 30
+_ALB_ID_RE = re.compile(r"^[0-9a-f]{16}$", re.ASCII)
 
 
 class Unauthorized(Exception):
@@ -103,6 +104,15 @@ class AlbIdentity:
         self._keys = keys if keys is not None else (lambda kid: alb_public_key(region, kid))
         self._now = now
 
+    def signer_ok(self, signer: Any) -> bool:
+        """The ALB's ARN exactly, or, where only the ARN up to its name is known (``.../app/<name>/``:
+        an ALB name is unique per account and Region), that prefix and an ALB id (16 hex digits)."""
+        if not isinstance(signer, str) or not self.alb_arn:
+            return False
+        if self.alb_arn.endswith("/"):
+            return signer.startswith(self.alb_arn) and bool(_ALB_ID_RE.fullmatch(signer[len(self.alb_arn):]))
+        return signer == self.alb_arn
+
     def claims(self, token: str) -> dict[str, Any]:
         try:
             header = jwt.get_unverified_header(token)
@@ -110,7 +120,7 @@ class AlbIdentity:
             raise Unauthorized("the identity header is not a JWT") from None
         if header.get("alg") != "ES256":
             raise Unauthorized("the identity header is not signed with ES256")
-        if header.get("signer") != self.alb_arn:
+        if not self.signer_ok(header.get("signer")):
             raise Unauthorized("the identity header was not signed by this portal's load balancer")
         kid = header.get("kid")
         if not isinstance(kid, str) or not _KID_RE.fullmatch(kid):

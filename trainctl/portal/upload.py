@@ -109,7 +109,7 @@ def _zip(data: bytes, w: _Writer) -> None:
             mode = info.external_attr >> 16
             if info.is_dir():
                 continue
-            if mode and not stat.S_ISREG(mode):
+            if stat.S_IFMT(mode) and not stat.S_ISREG(mode):  # a type is given (zip writers may give only permissions)
                 w.problems.append(f"entry {info.filename[:200]!r}: not a regular file (a link or a device); only files are accepted")
                 continue
             room = MAX_BYTES - w.total
