@@ -30,9 +30,9 @@ venv-tf: $(VENV_TF)/.installed
 render: venv
 	$(PY) -m tools.render --stack $(STACK)
 
-## validate: check rendered manifests against the upstream CRD schemas (OpenAPI and CEL rules) and built-in
-## kinds, with the Trainer version the render deploys; PREVIOUS=<an earlier render's manifests dir> also
-## checks the CRDs' transition rules (immutable fields) from it
+## validate: a bare API server (etcd + kube-apiserver of the stack's minor, the pinned CRDs, the render's
+## admission policies; cached builds) judges every rendered object as a create, with the Trainer version the
+## render deploys; PREVIOUS=<an earlier render's manifests dir> judges each as the update from it; then it stops
 validate: render
 	$(PY) -m tools.validate out/$(STACK)/manifests $(if $(PREVIOUS),--previous $(PREVIOUS))
 

@@ -1,19 +1,22 @@
-"""Validate rendered Kubernetes objects offline.
+"""Validate rendered Kubernetes objects: the API server is the judge.
 
-Custom resources are checked against the upstream CRD schemas (``../shared/schemas`` beside the
-project, or ``$CRD_SCHEMAS_DIR``), made strict: an object schema that lists its properties
-rejects any other field, as the API server would silently prune it. Their CEL rules
-(``x-kubernetes-validations``) are evaluated too, on a copy with the schema's defaults applied, with
-the API server's (cel-go's) semantics (``tools.cel``); a rule that cannot be evaluated is a problem.
-Built-in kinds are checked with ``kubernetes-validate`` in strict mode.
+``make validate`` brings up a bare API server (etcd and the kube-apiserver of the stack's
+Kubernetes minor, with the CRDs of the pinned Trainer, JobSet, Kueue and Karpenter releases:
+``tools/cluster/bare.py``), installs the render's namespaces and admission policies, and dry-runs
+every object as a create: the served schemas with unknown fields refused, the CRDs' CEL rules,
+defaults and the ValidatingAdmissionPolicies, judged by the API server itself. With
+``--previous DIR`` (an earlier render) that render is stored first and every object is judged as
+the update Pulumi would make (transition rules such as immutable fields); an object the program
+replaces on change (``replaceOnChanges`` in ``plan.json``) is judged as its replacement's create.
+Then the server is stopped.
 
-For a manifests directory, every TrainJob's ``runtimeRef`` must name a runtime rendered beside it.
-With ``--previous DIR`` (an earlier render), the CRDs' transition rules (``oldSelf``, e.g. immutable
-fields) are evaluated for every object present in both, as an update from the old object to the new.
+What the API server cannot judge and is checked here: every TrainJob's ``runtimeRef`` names a
+runtime rendered beside it (on a cluster the Trainer's webhook refuses the TrainJob otherwise; the
+bare server runs no webhooks: ``make cluster-up`` runs them).
 
-The Trainer version (which CRD and JobSet schemas apply) is ``--trainer``, else the one the render
-deploys (the kubeflow-trainer Helm release in ``plan.json`` beside the manifests directory), else the
-default.
+The Trainer version (which CRDs apply) is ``--trainer``, else the one the render deploys (the
+kubeflow-trainer Helm release in ``plan.json``), else the default; the Kubernetes minor is the
+stack's ``cluster.version`` (the EKS cluster in ``plan.json``), else the default.
 
 Usage: python -m tools.validate out/dev/manifests [--trainer v2.3.0] [--previous out/dev-old/manifests]
 """
@@ -21,7 +24,6 @@ Usage: python -m tools.validate out/dev/manifests [--trainer v2.3.0] [--previous
 from __future__ import annotations
 
 import argparse
-import copy
 import functools
 import json
 import os
@@ -30,16 +32,13 @@ import re
 import sys
 import time
 
-import jsonschema
 import yaml
 
 import versions
-from tools import cel
 
 PROJECT_DIR = pathlib.Path(__file__).resolve().parent.parent
 KARPENTER_SCHEMA_VERSION = "v1.14.1"
 KUEUE_SCHEMA_VERSION = "v0.19.2"
-KUBERNETES_VALIDATE_VERSION = "1.34.0"
 TRAINER_GROUP = "trainer.kubeflow.org"
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 
@@ -52,23 +51,6 @@ def schema_sets(trainer_version: str) -> list[str]:
     """Directories (relative to the schemas dir) that apply for a Trainer version."""
     jobset = versions.TRAINER_VERSIONS[trainer_version]["jobset"]
     return [f"kubeflow-trainer/{trainer_version}", f"jobset/{jobset}", f"karpenter/{KARPENTER_SCHEMA_VERSION}", f"kueue/{KUEUE_SCHEMA_VERSION}"]
-
-
-def _strict(schema: dict) -> dict:
-    schema = copy.deepcopy(schema)
-
-    def walk(node):
-        if isinstance(node, dict):
-            if node.get("type") == "object" and "properties" in node and "additionalProperties" not in node and not node.get("x-kubernetes-preserve-unknown-fields"):
-                node["additionalProperties"] = False
-            for v in node.values():
-                walk(v)
-        elif isinstance(node, list):
-            for v in node:
-                walk(v)
-
-    walk(schema)
-    return schema
 
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: the CRD files are megabytes
@@ -106,25 +88,9 @@ def _schemas(path: pathlib.Path) -> dict[str, dict]:
     return {f"{crd['spec']['group']}/{ver['name']}": ver["schema"]["openAPIV3Schema"] for ver in crd["spec"]["versions"]}
 
 
-@functools.cache
-def _strict_schema(path: pathlib.Path, api_version: str) -> dict:
-    return _strict(_schemas(path)[api_version])
-
-
 def _crd_path(sets: tuple[str, ...], api_version: str, kind: str) -> pathlib.Path | None:
     path = _crd_files(sets).get((api_version.split("/")[0], kind))
     return path if path is not None and api_version in _schemas(path) else None
-
-
-@functools.cache
-def _validator(path: pathlib.Path, api_version: str) -> jsonschema.Draft7Validator:
-    return jsonschema.Draft7Validator(_strict_schema(path, api_version))
-
-
-def crd_schema(api_version: str, kind: str, trainer_version: str = versions.DEFAULT_TRAINER_VERSION) -> dict | None:
-    """The strict JSON schema of a custom resource kind (None when no CRD of the Trainer version's sets has it)."""
-    path = _crd_path(tuple(schema_sets(trainer_version)), api_version, kind)
-    return _strict_schema(path, api_version) if path else None
 
 
 def raw_crd_schema(api_version: str, kind: str, trainer_version: str = versions.DEFAULT_TRAINER_VERSION) -> dict | None:
@@ -133,44 +99,8 @@ def raw_crd_schema(api_version: str, kind: str, trainer_version: str = versions.
     return _schemas(path)[api_version] if path else None
 
 
-def jobset_schema(trainer_version: str) -> dict:
-    """The JobSet spec schema bundled with a Trainer version (runtimes embed a JobSet template)."""
-    schema = crd_schema("jobset.x-k8s.io/v1alpha2", "JobSet", trainer_version)
-    if schema is None:
-        raise LookupError(f"no JobSet CRD schema for Trainer {trainer_version} in {schemas_dir()}")
-    return schema
-
-
 def _label(obj: dict) -> str:
     return f"{obj.get('kind', '')}/{(obj.get('metadata') or {}).get('name')}"
-
-
-def validate(obj: dict, trainer_version: str = versions.DEFAULT_TRAINER_VERSION) -> list[str]:
-    """Return a list of problems (empty when the object is valid): OpenAPI schema, then CEL rules."""
-    api_version, kind = obj.get("apiVersion", ""), obj.get("kind", "")
-    path = _crd_path(tuple(schema_sets(trainer_version)), api_version, kind)
-    if path is not None:
-        validator = _validator(path, api_version)
-        problems = [f"{_label(obj)}: {'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(obj)]
-        return problems + cel_problems(obj, trainer_version)
-    if "." in api_version.split("/")[0] and not api_version.startswith(("storage.k8s.io", "rbac.authorization.k8s.io", "scheduling.k8s.io", "networking.k8s.io")):
-        return [f"{_label(obj)}: no CRD schema for {api_version} {kind} in {schemas_dir()}"]
-    import kubernetes_validate
-
-    try:
-        kubernetes_validate.validate(obj, KUBERNETES_VALIDATE_VERSION, strict=True)
-    except kubernetes_validate.ValidationError as err:
-        return [f"{_label(obj)}: {err.message}"]
-    return []
-
-
-def cel_problems(obj: dict, trainer_version: str = versions.DEFAULT_TRAINER_VERSION, old: dict | None = None) -> list[str]:
-    """The CRD's CEL rules on a custom resource: on create, or with ``old`` the transition rules of an update."""
-    schema = raw_crd_schema(obj.get("apiVersion", ""), obj.get("kind", ""), trainer_version)
-    if schema is None:
-        return []
-    prefix = f"{_label(obj)}: " + ("update: " if old is not None else "")
-    return [prefix + p for p in cel.rule_problems(obj, schema, old)]
 
 
 def _key(obj: dict) -> tuple[str, str, str, str]:
@@ -196,26 +126,6 @@ def replaced_on_changes(manifests: pathlib.Path) -> dict[tuple[str, str, str, st
         if r.get("replaceOnChanges") and str(r.get("type", "")).startswith("kubernetes:") and "kind" in inputs:
             out[_key(inputs)] = list(r["replaceOnChanges"])
     return out
-
-
-def transition_problems(
-    old_objects: list[dict], new_objects: list[dict], trainer_version: str = versions.DEFAULT_TRAINER_VERSION, replaced: dict | None = None
-) -> list[str]:
-    """Transition rules (``oldSelf``) for every object in both renders (same apiVersion, kind,
-    namespace, name) that is updated in place. An object whose ``replaceOnChanges`` properties
-    differ (``replaced``, from :func:`replaced_on_changes`) is deleted and created again: no
-    transition applies to it."""
-    old_by_key = {_key(o): o for o in old_objects}
-    problems = []
-    for obj in new_objects:
-        old = old_by_key.get(_key(obj))
-        if old is None:
-            continue
-        paths = (replaced or {}).get(_key(obj), [])
-        if any(_at(old, p) != _at(obj, p) for p in paths):
-            continue
-        problems += cel_problems(obj, trainer_version, old=old)
-    return problems
 
 
 def runtime_ref_problems(objects: list[dict]) -> list[str]:
@@ -266,27 +176,67 @@ def load_dir(manifests: pathlib.Path) -> list[dict]:
     return [yaml.load(p.read_text(), Loader=_LOADER) for p in sorted(pathlib.Path(manifests).glob("*.yaml"))]
 
 
-def validate_dir(manifests: pathlib.Path, trainer_version: str, previous: pathlib.Path | None = None) -> tuple[list[dict], list[str]]:
-    """(objects, problems) for a rendered manifests directory."""
+def validate(obj: dict, trainer_version: str = versions.DEFAULT_TRAINER_VERSION) -> list[str]:
+    """What the API server (a bare one with the Trainer version's CRDs, shared in this process)
+    says of ``obj`` as a create: empty when it takes it whole."""
+    from tools.cluster import bare
+
+    return bare.judge_for(trainer_version).validate(obj)
+
+
+def kubernetes_version_of(manifests: pathlib.Path) -> str:
+    """The stack's Kubernetes minor (the EKS cluster's version in ``plan.json``), else the default."""
+    plan_path = pathlib.Path(manifests).parent / "plan.json"
+    if plan_path.is_file():
+        for r in json.loads(plan_path.read_text()).get("resources", []):
+            version = (r.get("inputs") or {}).get("version")
+            if r.get("type") == "eks:index:Cluster" and version in versions.LOCAL_KUBERNETES_RELEASES:
+                return str(version)
+    return versions.DEFAULT_KUBERNETES_VERSION
+
+
+def validate_dir(manifests: pathlib.Path, trainer_version: str, previous: pathlib.Path | None = None, *, echo=print) -> tuple[list[dict], list[str]]:
+    """(objects, problems) for a rendered manifests directory, judged by a bare API server started
+    for it and stopped after."""
+    from tools.cluster import bare
+
     objects = load_dir(manifests)
-    problems = []
-    for obj in objects:
-        problems += validate(obj, trainer_version)
+    minor = kubernetes_version_of(manifests)
+    shared = bare.running(trainer_version, minor)  # one started in this process (the tests'), reset after
+    judge = shared or bare.Judge(kubernetes_version=minor, trainer_version=trainer_version, echo=echo).start()
+    try:
+        problems: list[str] = []
+        replaced: dict = {}
+        old_by_key: dict = {}
+        if previous is not None:
+            old = load_dir(previous)
+            problems += [f"previous render: {p}" for p in judge.install(old)]
+            old_by_key = {_key(o): o for o in old}
+            replaced = replaced_on_changes(manifests)
+
+        def is_replaced(obj: dict) -> bool:
+            before = old_by_key.get(_key(obj))
+            return before is not None and any(_at(before, p) != _at(obj, p) for p in replaced.get(_key(obj), []))
+
+        first = [o for o in objects if o.get("kind") == "Namespace" or o.get("kind") in bare.POLICY_KINDS]
+        for obj in first:  # judged, then stored: the policies judge what follows
+            problems += judge.validate(obj, replaced=is_replaced(obj))
+        judge.install(first)
+        for obj in objects:
+            if obj not in first:
+                problems += judge.validate(obj, replaced=is_replaced(obj))
+    finally:
+        judge.reset() if shared else judge.stop()
     problems += runtime_ref_problems(objects)
-    if previous is not None:
-        problems += transition_problems(load_dir(previous), objects, trainer_version, replaced_on_changes(manifests))
     return objects, problems
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description="validate rendered manifests")
+    ap = argparse.ArgumentParser(description="validate rendered manifests with a bare API server")
     ap.add_argument("manifests")
     ap.add_argument("--trainer", choices=sorted(versions.TRAINER_VERSIONS), help="Trainer version whose CRDs apply (default: the one the render deploys)")
-    ap.add_argument("--previous", metavar="DIR", help="an earlier render's manifests: check the CRDs' transition rules (oldSelf) from it")
+    ap.add_argument("--previous", metavar="DIR", help="an earlier render's manifests: judge every object as the update from it")
     args = ap.parse_args(argv)
-    if not schemas_dir().is_dir():
-        print(f"validate: no CRD schemas at {schemas_dir()} (set CRD_SCHEMAS_DIR)", file=sys.stderr)
-        return 2
     for d in filter(None, (args.manifests, args.previous)):
         if not pathlib.Path(d).is_dir():
             print(f"validate: {d} is not a directory", file=sys.stderr)
@@ -299,44 +249,22 @@ def main(argv=None) -> int:
             print(f"validate: note: {why}; validating against Trainer {trainer} (the default; --trainer to choose)")
         else:
             print(f"validate: Trainer {trainer} (from {why})")
+    from tools.cluster.build import BuildError
+    from tools.cluster.client import ApiError
+    from tools.cluster.procs import ProcessError
+    from tools.cluster.up import UpError
+
     started = time.perf_counter()
-    objects, problems = validate_dir(pathlib.Path(args.manifests), trainer, pathlib.Path(args.previous) if args.previous else None)
+    try:
+        objects, problems = validate_dir(pathlib.Path(args.manifests), trainer, pathlib.Path(args.previous) if args.previous else None)
+    except (BuildError, ProcessError, ApiError, UpError) as err:
+        print(f"validate: the API server could not be started: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2
     for p in problems:
         print(p)
-    against = f", transition rules against {args.previous}" if args.previous else ""
-    print(f"validate: {len(objects)} objects, {len(problems)} problems (Trainer {trainer}{against}; {time.perf_counter() - started:.2f}s)")
-    judged = api_server_dry_run(pathlib.Path(args.manifests))
-    return 1 if problems or judged else 0
-
-
-def api_server_dry_run(manifests: pathlib.Path) -> list[str]:
-    """With the stack's local control plane up (``make cluster-up``, state beside the manifests), the
-    API server is the judge: every manifest server-side applied as a dry run (strict field
-    validation, the served schemas and CEL rules, the admission webhooks and policies), and what it
-    would store compared with what we sent. Without one, the offline checks above are all there is."""
-    from tools.cluster import apply as cluster_apply
-    from tools.cluster.client import ApiError, Client
-    from tools.cluster.procs import Processes, alive
-
-    state = Processes(manifests.parent / "cluster")
-    server = state.info.get("server")
-    apiserver = state.get("kube-apiserver")
-    if not server or apiserver is None or not alive(apiserver):
-        print("validate: no local control plane for this stack (make cluster-up): offline checks only")
-        return []
-    client = Client(server, manifests.parent / "cluster" / "pki")
-    objs = [yaml.safe_load(f.read_text()) for f in sorted(manifests.glob("*.yaml"))]
-    # namespaces first, as the dependency order applies them
-    objs.sort(key=lambda o: o["kind"] != "Namespace")
-    try:
-        problems = [p for obj in objs for p in cluster_apply.dry_run(client, obj)]
-    except ApiError as err:
-        print(f"validate: the local API server at {server} did not answer: {err}")
-        return [str(err)]
-    for p in problems:
-        print(f"api-server: {p}")
-    print(f"validate: API server dry run at {server}: {len(objs)} objects, {len(problems)} problems")
-    return problems
+    against = f", as updates from {args.previous}" if args.previous else ""
+    print(f"validate: {len(objects)} objects judged by the API server, {len(problems)} problems (Trainer {trainer}{against}; {time.perf_counter() - started:.2f}s)")
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

@@ -6,18 +6,29 @@ canonical form, but not drop or change). Either is a defect in our object."""
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from fractions import Fraction
 
-from tools.cel import Quantity
 from tools.cluster.client import ApiError, Client
+
+# Kubernetes quantities (k8s.io/apimachinery resource.Quantity): a signed decimal with a binary,
+# decimal SI or exponent suffix
+_QUANTITY_RE = re.compile(r"([+-]?)([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?")
+_SUFFIX = {"": Fraction(1), "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000), **{s: Fraction(10 ** (3 * (i + 1))) for i, s in enumerate("kMGTPE")},
+           **{s + "i": Fraction(2 ** (10 * (i + 1))) for i, s in enumerate("KMGTPE")}}  # fmt: skip
 
 
 def _quantity(value) -> Fraction | None:
-    """A Kubernetes quantity's exact value (the offline CEL evaluator's parser), else None."""
-    parsed = Quantity.parse(str(value))
-    return parsed.value if parsed is not None else None
+    """A Kubernetes quantity's exact value, else None."""
+    m = _QUANTITY_RE.fullmatch(str(value))
+    if not m:
+        return None
+    suffix = m.group(3) or ""
+    scale = Fraction(10) ** int(suffix[1:]) if suffix[:1] in ("e", "E") else _SUFFIX[suffix]
+    number = Fraction(m.group(2)) * scale
+    return -number if m.group(1) == "-" else number
 
 
 def _same(applied, live) -> bool:

@@ -195,24 +195,7 @@ def _start(stack: str, d: pathlib.Path, plan: StackPlan, procs: Processes, units
     procs.info["server"] = server
     procs.save()
 
-    etcd_u = next(u for u in units if u.module == versions.ETCD_MODULE)
-    procs.start("etcd", [str(etcd_u.path("etcd")), "--name", "local", "--data-dir", str(d / "etcd"), "--listen-client-urls", f"http://127.0.0.1:{ports['etcd']}", "--advertise-client-urls", f"http://127.0.0.1:{ports['etcd']}",
-                         "--listen-peer-urls", f"http://127.0.0.1:{ports['etcd-peer']}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{ports['etcd-peer']}",
-                         "--initial-cluster", f"local=http://127.0.0.1:{ports['etcd-peer']}", "--unsafe-no-fsync", "--quota-backend-bytes", str(2 * 1024**3), "--log-level", "warn"])
-    procs.wait("etcd", lambda: _get(f"http://127.0.0.1:{ports['etcd']}/health"), 30, f"http://127.0.0.1:{ports['etcd']}/health")
-
-    procs.start("kube-apiserver", [str(k8s.path("kube-apiserver")),
-        f"--etcd-servers=http://127.0.0.1:{ports['etcd']}", "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={ports['kube-apiserver']}",
-        f"--tls-cert-file={pkid / 'apiserver.crt'}", f"--tls-private-key-file={pkid / 'apiserver.key'}", f"--client-ca-file={pkid / 'ca.crt'}",
-        # the issuer is the server's own URL, so its OIDC discovery resolves here (the Trainer's status server uses it)
-        f"--service-account-issuer={server}", f"--service-account-jwks-uri={server}/openid/v1/jwks", f"--service-account-key-file={pkid / 'sa.pub'}", f"--service-account-signing-key-file={pkid / 'sa.key'}",
-        "--service-cluster-ip-range=10.96.0.0/16", "--authorization-mode=Node,RBAC", "--anonymous-auth=false", "--profiling=false", "--allow-privileged=true",
-        f"--encryption-provider-config={_encryption_config(d)}", f"--cert-dir={d / 'apiserver-certs'}", "--enable-admission-plugins=NodeRestriction",
-        # pod logs come from kwok's kubelet API on 127.0.0.1 (its serving certificate is ours)
-        f"--kubelet-certificate-authority={pkid / 'ca.crt'}", f"--kubelet-client-certificate={pkid / 'admin.crt'}", f"--kubelet-client-key={pkid / 'admin.key'}",
-        "--kubelet-preferred-address-types=InternalIP"])
-    admin = Client(server, pkid)
-    procs.wait("kube-apiserver", lambda: admin.get_path("/readyz") == "ok", 90, f"{server}/readyz")
+    admin = start_api_server(d, pkid, procs, ports, k8s, next(u for u in units if u.module == versions.ETCD_MODULE), server)
     kubeconfig = _write(d / "kubeconfig", pki.kubeconfig(pkid, server), 0o600)
     kc = str(kubeconfig)
 
@@ -313,6 +296,29 @@ def _start(stack: str, d: pathlib.Path, plan: StackPlan, procs: Processes, units
     procs.info.update({"kubeconfig": str(kubeconfig), "versions": {u.module: u.version for u in units}, "applied": outcome.applied, "problems": outcome.problems})
     procs.save()
     return Up(d, plan, server, kubeconfig, outcome, time.monotonic() - started, build_seconds)
+
+
+def start_api_server(d: pathlib.Path, pkid: pathlib.Path, procs: Processes, ports: dict[str, int], k8s: build.Unit, etcd_u: build.Unit, server: str) -> Client:
+    """etcd and kube-apiserver (the stack's minor) with our PKI, started and ready: the judge of
+    every object (``make validate`` runs only these: tools/cluster/bare.py)."""
+    procs.start("etcd", [str(etcd_u.path("etcd")), "--name", "local", "--data-dir", str(d / "etcd"), "--listen-client-urls", f"http://127.0.0.1:{ports['etcd']}", "--advertise-client-urls", f"http://127.0.0.1:{ports['etcd']}",
+                         "--listen-peer-urls", f"http://127.0.0.1:{ports['etcd-peer']}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{ports['etcd-peer']}",
+                         "--initial-cluster", f"local=http://127.0.0.1:{ports['etcd-peer']}", "--unsafe-no-fsync", "--quota-backend-bytes", str(2 * 1024**3), "--log-level", "warn"])
+    procs.wait("etcd", lambda: _get(f"http://127.0.0.1:{ports['etcd']}/health"), 30, f"http://127.0.0.1:{ports['etcd']}/health")
+
+    procs.start("kube-apiserver", [str(k8s.path("kube-apiserver")),
+        f"--etcd-servers=http://127.0.0.1:{ports['etcd']}", "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={ports['kube-apiserver']}",
+        f"--tls-cert-file={pkid / 'apiserver.crt'}", f"--tls-private-key-file={pkid / 'apiserver.key'}", f"--client-ca-file={pkid / 'ca.crt'}",
+        # the issuer is the server's own URL, so its OIDC discovery resolves here (the Trainer's status server uses it)
+        f"--service-account-issuer={server}", f"--service-account-jwks-uri={server}/openid/v1/jwks", f"--service-account-key-file={pkid / 'sa.pub'}", f"--service-account-signing-key-file={pkid / 'sa.key'}",
+        "--service-cluster-ip-range=10.96.0.0/16", "--authorization-mode=Node,RBAC", "--anonymous-auth=false", "--profiling=false", "--allow-privileged=true",
+        f"--encryption-provider-config={_encryption_config(d)}", f"--cert-dir={d / 'apiserver-certs'}", "--enable-admission-plugins=NodeRestriction",
+        # pod logs come from kwok's kubelet API on 127.0.0.1 (its serving certificate is ours)
+        f"--kubelet-certificate-authority={pkid / 'ca.crt'}", f"--kubelet-client-certificate={pkid / 'admin.crt'}", f"--kubelet-client-key={pkid / 'admin.key'}",
+        "--kubelet-preferred-address-types=InternalIP"])
+    admin = Client(server, pkid)
+    procs.wait("kube-apiserver", lambda: admin.get_path("/readyz") == "ok", 90, f"{server}/readyz")
+    return admin
 
 
 def _as_trainer_pod(admin: Client, d: pathlib.Path, certs: pathlib.Path, ca_pem: str, command: list[str]) -> list[str] | None:
