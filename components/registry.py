@@ -18,7 +18,9 @@ tag hashes every compared input the stack sets (:data:`BUILD_SETTINGS`): wheneve
 would push, the tag is new. Unchanged inputs push nothing, on any machine, with or without a
 layer cache. ``pull`` stays off: with it the provider rebuilds on every update (``Diff``:
 "pull=true indicates that we want to keep base layers up-to-date"). ``buildOnPreview`` is off:
-a preview only hashes the context (``Create`` returns before building on a dry run).
+a preview only hashes the context (``Create`` returns before building on a dry run). No registry
+cache (``cacheTo``) in the repository: BuildKit re-pushes its cache manifest under the same tag on
+every build, which an IMMUTABLE repository refuses, and an image is only built when its tag is new.
 """
 
 from __future__ import annotations

@@ -177,3 +177,13 @@ def test_mirror_repository_names_fit_ecr(cluster):
     name = registry.mirror_repository_name(cluster, versions.TORCH_RUNTIME_IMAGE)
     assert ECR_REPOSITORY.fits(name) and re.fullmatch(r"(?:[a-z0-9]+(?:[._-][a-z0-9]+)*/)*[a-z0-9]+(?:[._-][a-z0-9]+)*", name)
     assert name.endswith("/docker.io/pytorch/pytorch")
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_every_node_role_may_pull_the_copies(stack):
+    """The copies are in the stack's own ECR: the managed node groups' and Karpenter's node roles
+    carry AmazonEC2ContainerRegistryReadOnly (every repository of the account)."""
+    run = run_stack(stack)
+    roles = {r.inputs["role"] for r in run.by_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment") if r.inputs["policyArn"].endswith(":policy/AmazonEC2ContainerRegistryReadOnly")}
+    node_roles = {str(r.state.get("name") or r.inputs.get("name")) for r in run.by_type("aws:iam/role:Role") if "ec2.amazonaws.com" in json.dumps(r.inputs.get("assumeRolePolicy"))}
+    assert node_roles and node_roles <= roles, f"node roles without ECR read: {sorted(node_roles - roles)}"
