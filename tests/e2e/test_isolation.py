@@ -59,7 +59,7 @@ ESCAPES = {
     "node-group-selector": (lambda ps: ps["nodeSelector"].update({"eks.amazonaws.com/nodegroup": "x86"}), "nodeSelector"),
     "hostname-selector": (lambda ps: ps["nodeSelector"].update({"kubernetes.io/hostname": "x86-0"}), "nodeSelector"),
     "system-pool": (lambda ps: ps["nodeSelector"].update({"training-platform/pool": "system-nodes"}), "nodeSelector.training-platform/pool"),
-    **{f"system-instance-type-{t}": (lambda ps, t=t: ps["nodeSelector"].update({"node.kubernetes.io/instance-type": t}), "nodeSelector.node.kubernetes.io/instance-type") for t in SYSTEM_TYPES},
+    **{f"system-instance-type-{t.replace('.', '-')}": (lambda ps, t=t: ps["nodeSelector"].update({"node.kubernetes.io/instance-type": t}), "nodeSelector.node.kubernetes.io/instance-type") for t in SYSTEM_TYPES},
     "cpu-instance-type": (lambda ps: ps["nodeSelector"].update({"node.kubernetes.io/instance-type": "m5.large"}), "nodeSelector.node.kubernetes.io/instance-type"),
     "efa-label-value": (lambda ps: ps["nodeSelector"].update({"training-platform/efa": "false"}), "nodeSelector.training-platform/efa"),
     "node-affinity": (lambda ps: ps.update({"affinity": _required("eks.amazonaws.com/nodegroup", "Exists")}), "affinity"),
