@@ -124,8 +124,8 @@ RESTRICTED_CONTAINER = {
 }
 
 
-def deployment(image: Any, config_hash: str) -> dict:
-    """``config_hash``: of the settings document, so a change rolls the pod."""
+def deployment(image: Any, config_hash: Any) -> dict:
+    """``config_hash``: of the settings document (a string or a Pulumi output), so a change rolls the pod."""
     pod = {
         "serviceAccountName": NAME, "automountServiceAccountToken": True, "enableServiceLinks": False,
         "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001, "seccompProfile": {"type": "RuntimeDefault"}},
@@ -177,7 +177,7 @@ def ingresses(portal: PortalSettings, *, lb_name: str) -> list[dict]:
     return out
 
 
-def network_policy(alb_cidrs: list[str]) -> dict:
+def network_policy(alb_cidrs: list[Any]) -> dict:
     return {
         "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": _meta(NAME),
         "spec": {
