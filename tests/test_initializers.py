@@ -412,3 +412,13 @@ def test_workspace_setup_makes_the_directory_or_says_in_one_line_why_not(tmp_pat
         (root / "initialized").chmod(0o755)
     if os.geteuid() != 0:  # root writes anyway
         assert done.returncode == 1 and done.stderr.count("\n") == 1 and "workspace-setup: cannot create" in done.stderr and "Permission denied" in done.stderr
+
+
+def test_a_team_may_send_the_initializers_content_key():
+    """The annotation is no platform or controller key, which the team TrainJob policy refuses in a
+    team's patches (manifests/admission.py RESERVED_KEY_RE): a team's own job on the runtime with
+    initializers sends it as the stack's FSDP job does."""
+    from manifests import admission
+
+    assert not re.match(admission.RESERVED_KEY_RE, rt.INITIALIZED_KEY_ANNOTATION)
+    assert re.match(admission.RESERVED_KEY_RE, "training-platform/initialized-key")  # the check can refuse

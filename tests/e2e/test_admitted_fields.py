@@ -136,7 +136,8 @@ def test_kueues_admission_drops_a_pod_patch_grace_period(teams, tmp_path):
     trainer_api.read_pod_customization(job["spec"])["terminationGracePeriodSeconds"] = 600
     submit(admin, configmap, job)
     wait_for("old-way admitted by Kueue", lambda: _admitted(admin, "vision", "old-way"), up, timeout=180)
-    stored = admin.get(*TRAINJOB, "old-way", "vision")
+    # admitted: Kueue writes its flavor into the TrainJob and unsuspends it (RunWithPodSetsInfo)
+    stored = wait_for("old-way unsuspended by Kueue", lambda: (tj_ := admin.get(*TRAINJOB, "old-way", "vision"))["spec"].get("suspend") is False and tj_, up, timeout=120)
     assert "terminationGracePeriodSeconds" not in trainer_api.read_pod_customization(stored["spec"])
     assert trainer_api.dropped_by_kueue(job) == list(trainer_api.KUEUE_DROPPED_FIELDS)  # what the builders refuse to send
     admin.delete(*TRAINJOB, "old-way", "vision")
