@@ -33,6 +33,15 @@ def _started(pod: dict) -> bool:
     return any((cs.get("state") or {}).get("running") or (cs.get("state") or {}).get("terminated") for cs in (pod.get("status") or {}).get("containerStatuses") or [])
 
 
+def _ended(pod: dict) -> bool:
+    """Every container of the pod has terminated (or the pod has, Succeeded or Failed)."""
+    status = pod.get("status") or {}
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return True
+    statuses = status.get("containerStatuses") or []
+    return bool(statuses) and all((cs.get("state") or {}).get("terminated") for cs in statuses)
+
+
 async def stream(portal: Portal, caller: Caller, namespace: str, name: str, worker: int, *, heartbeat_s: float, poll_s: float = 1.0) -> AsyncIterator[str]:
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
@@ -60,7 +69,8 @@ async def stream(portal: Portal, caller: Caller, namespace: str, name: str, work
                     time.sleep(poll_s)
                     continue
                 put("pod", {"pod": pod["metadata"]["name"]})
-                resp = kube.pod_log(pod["metadata"]["name"], follow=True)
+                # a container that has ended is read once (a follow of it may never end: kwok's does not)
+                resp = kube.pod_log(pod["metadata"]["name"], follow=not _ended(pod))
                 holder["resp"] = resp
                 buf = b""
                 try:
