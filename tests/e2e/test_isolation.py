@@ -108,17 +108,30 @@ def test_a_trainjob_that_escapes_its_pods_is_refused_naming_the_field(team, tmp_
     assert up.client().get_or_none(*TRAINJOB, f"escape-{escape}", "vision") is None
 
 
-def test_host_namespaces_cannot_even_be_written(team, tmp_path):
-    """The patch's pod spec has no hostNetwork/hostPID (the CRD schema): the field never reaches a pod."""
+HOST_FIELDS = {
+    "host-network": (lambda ps: ps.update({"hostNetwork": True, "hostPID": True}), ("hostNetwork", "hostPID")),
+    "host-ipc": (lambda ps: ps.update({"hostIPC": True}), ("hostIPC",)),
+    "host-port": (lambda ps: ps["containers"][0].update({"ports": [{"containerPort": 8080, "hostPort": 80}]}), ("hostPort", "ports")),
+}
+
+
+@pytest.mark.parametrize("what", sorted(HOST_FIELDS))
+def test_host_namespaces_and_ports_cannot_even_be_written(team, tmp_path, what):
+    """The patch's pod spec has no hostNetwork/hostPID/hostIPC and its containers no ports (the
+    CRD schema): the field never reaches a pod, so nothing is exposed on a node's address."""
     up, vision = team
-    configmap, job = _hostile(tmp_path, up, "escape-host-network", lambda ps: ps.update({"hostNetwork": True, "hostPID": True}))
+    change, fields = HOST_FIELDS[what]
+    name = f"escape-{what}"
+    configmap, job = _hostile(tmp_path, up, name, change)
     try:
-        submit(vision, configmap, job)
-    except ApiError as err:  # strict validation refuses it outright
-        assert "hostNetwork" in str(err) or "unknown field" in str(err), err
+        submit_code(vision, configmap)
+        vision.create(job, strict=True)
+    except ApiError as err:  # strict validation refuses it outright, naming the field
+        assert "unknown field" in str(err) and any(f in str(err) for f in fields), err
+        assert up.client().get_or_none(*TRAINJOB, name, "vision") is None
         return
-    stored = up.client().get(*TRAINJOB, "escape-host-network", "vision")
-    assert "hostNetwork" not in str(stored) and "hostPID" not in str(stored)
+    stored = up.client().get(*TRAINJOB, name, "vision")
+    assert not any(f in str(stored) for f in fields), stored
 
 
 @pytest.mark.parametrize("kind", [("v1", "Pod"), ("batch/v1", "Job"), ("jobset.x-k8s.io/v1alpha2", "JobSet")])
