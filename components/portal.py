@@ -118,9 +118,11 @@ class Portal(pulumi.ComponentResource):
         in_ns = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[ns])
         objs = [
             mp.service_account(), mp.impersonator_role(teams), mp.impersonator_binding(), mp.config_map(document),
-            mp.oidc_secret(portal.client_id, pulumi.Output.secret(portal.client_secret)), mp.service(), mp.network_policy([vpc_cidr]),
+            mp.service(), mp.network_policy([vpc_cidr]),
         ]
         made = [apply_manifest(m, in_ns) for m in objs]
+        # the client secret: a Pulumi secret in the state (the Secret's stringData marked so)
+        made.append(apply_manifest(mp.oidc_secret(portal.client_id, portal.client_secret), pulumi.ResourceOptions.merge(in_ns, pulumi.ResourceOptions(additional_secret_outputs=["stringData", "data"]))))
         deployment = apply_manifest(mp.deployment(self.image_ref, config_hash), pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[ns, *made]))
         for m in mp.ingresses(portal, lb_name=lb_name):
             apply_manifest(m, pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[ns, deployment, *made, *serves]))

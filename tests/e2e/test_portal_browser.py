@@ -1,0 +1,146 @@
+"""The portal's page in a real browser (Debian's chromium, driven by Playwright) against the teams
+stack with portal.enabled on a local control plane: a vision user signs in (the ALB's header, as the
+ALB sends it on every request), submits from the form, watches the job run and finish, reads a
+worker's log stream, clones and edits it, cancels the clone; a form with three mistakes shows three
+messages. Screenshots of each page go to out/portal-screenshots/. Needs /usr/bin/chromium
+(.ci/run installs it): without it this test fails, saying so."""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+import socket
+import threading
+import time
+
+import pytest
+import uvicorn
+
+from tests.e2e.portal_helpers import INSTANCE, STACK, alb_header, alb_keys, portal_configuration, portal_stack, rendered_settings
+from trainctl.portal.app import create_app
+
+CHROMIUM = "/usr/bin/chromium"
+SHOTS = pathlib.Path(__file__).resolve().parents[2] / "out" / "portal-screenshots"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def served(clusters):
+    up = clusters.get(STACK, instance=INSTANCE, stack_config=portal_stack())
+    app = create_app(portal_configuration(up), rendered_settings(up), alb_keys=alb_keys)
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.1)
+    yield up, f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+    clusters.release(STACK, INSTANCE)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    assert shutil.which(CHROMIUM) or pathlib.Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does)"
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+def _page(browser, up, team: str, user: str):
+    ctx = browser.new_context(extra_http_headers=alb_header(up, user, team, exp_in=1800))
+    return ctx, ctx.new_page()
+
+
+def test_a_user_submits_watches_reads_logs_clones_and_cancels(served, browser):
+    up, base = served
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    ctx, page = _page(browser, up, "vision", "alice")
+    page.goto(base + "/")
+    assert "Jobs in vision" in page.text_content("h1")
+    page.screenshot(path=str(SHOTS / "1-jobs.png"), full_page=True)
+    page.goto(base + "/submit")
+    page.check("input[name=framework][value=pytorch]")
+    page.fill("#num_nodes", "2")
+    page.check("input[name=preset][value=small]")
+    page.fill("#name", "browser-job")
+    page.fill("#training_code", "print('hello from the browser')\n")
+    page.screenshot(path=str(SHOTS / "2-submit.png"), full_page=True)
+    page.click("#submit")
+    page.wait_for_url("**/jobs/browser-job**")
+    assert "Job submitted." in page.content()
+    # watch it run and finish (the page is server-rendered: reload it)
+    deadline = time.monotonic() + 120
+    seen: set[str] = set()
+    state = ""
+    while time.monotonic() < deadline:
+        state = page.text_content("#state").strip()
+        seen.add(state)
+        if state in ("Complete", "Failed"):
+            break
+        time.sleep(2)
+        page.reload()
+    assert state == "Complete", seen
+    page.screenshot(path=str(SHOTS / "3-job-complete.png"), full_page=True)
+    # a worker's log stream
+    page.select_option("#worker", "1")
+    page.click("#follow")
+    deadline = time.monotonic() + 30  # (the page's CSP allows no evaluated script: poll from here)
+    while "simulated (kwok) node" not in (page.text_content("#log") or "") and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert "simulated (kwok) node" in (page.text_content("#log") or "")
+    page.screenshot(path=str(SHOTS / "4-log-stream.png"), full_page=True)
+    # clone & edit: the form comes back filled in; change the nodes and the name, submit
+    page.click("#clone")
+    page.wait_for_url("**/submit?clone=browser-job")
+    assert page.input_value("#num_nodes") == "2" and "hello from the browser" in page.input_value("#training_code")
+    page.fill("#num_nodes", "1")
+    page.fill("#name", "browser-job-clone")
+    page.screenshot(path=str(SHOTS / "5-clone.png"), full_page=True)
+    page.click("#submit")
+    page.wait_for_url("**/jobs/browser-job-clone**")
+    # cancel it
+    page.once("dialog", lambda d: d.accept())
+    page.click("#cancel")
+    page.wait_for_url("**/?cancelled=browser-job-clone")
+    assert "Job browser-job-clone cancelled." in page.content()
+    assert "browser-job-clone" not in page.text_content("#jobs")
+    page.goto(base + "/team")
+    page.screenshot(path=str(SHOTS / "6-team.png"), full_page=True)
+    ctx.close()
+    # another team's user sees none of it
+    ctx, other = _page(browser, up, "nlp", "bob")
+    other.goto(base + "/")
+    assert "browser-job" not in other.text_content("#jobs")
+    r = other.goto(base + "/jobs/browser-job")
+    assert r is not None and r.status in (403, 404)
+    ctx.close()
+
+
+def test_a_form_with_three_mistakes_shows_three_messages(served, browser):
+    up, base = served
+    ctx, page = _page(browser, up, "vision", "alice")
+    page.goto(base + "/submit")
+    page.fill("#num_nodes", "0")
+    page.check("input[name=preset][value=custom]")
+    page.fill("#gpu_per_node", "lots")
+    page.check("input[name=image_choice][value=custom]")
+    page.fill("#image", "not an image")
+    page.click("#submit")
+    page.wait_for_selector(".field-error")
+    errors = page.locator(".field-error")
+    assert errors.count() == 3, [errors.nth(i).text_content() for i in range(errors.count())]
+    assert {errors.nth(i).get_attribute("data-field") for i in range(3)} == {"config.num_nodes", "config.gpu_per_node", "image"}
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / "7-three-mistakes.png"), full_page=True)
+    ctx.close()
