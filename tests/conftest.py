@@ -22,6 +22,24 @@ PROJECT = pathlib.Path(__file__).resolve().parent.parent
 _CACHE: dict[str, ProgramRun] = {}
 
 
+def _pin_build_caches() -> None:
+    """The built components and Go's caches where they are now, whatever HOME a test sets later
+    (a test that points HOME elsewhere must not make the API server judge build from scratch)."""
+    import shutil
+    import subprocess
+
+    from tools.cluster import build
+
+    os.environ.setdefault("TRAINING_PLATFORM_CACHE", str(build.cache_dir()))
+    if shutil.which("go"):
+        found = subprocess.run(["go", "env", "GOPATH", "GOMODCACHE", "GOCACHE"], capture_output=True, text=True, check=False).stdout.split()
+        for name, value in zip(("GOPATH", "GOMODCACHE", "GOCACHE"), found, strict=False):
+            os.environ.setdefault(name, value)
+
+
+_pin_build_caches()
+
+
 def stack_file(stack: str) -> dict:
     return yaml.safe_load((PROJECT / f"Pulumi.{stack}.yaml").read_text())
 
