@@ -3,7 +3,11 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STACK  ?= dev
-JOB    ?= ddp
+# PROJECT=workloads: STACK is a TrainJob stack of workloads/ (a run on its platform stack), rendered under
+# out/workloads/$(STACK)/ after its platform stack (out/workloads/$(STACK)/platform/)
+PROJECT ?=
+OUT    := out/$(if $(PROJECT),$(PROJECT)/)$(STACK)
+JOB    ?= $(if $(PROJECT),$(STACK),ddp)
 EMULATE_ARGS ?=
 
 .PHONY: venv venv-tf render validate test emulate bench bench-gpu lint policy clean image docs schema golden dashboard-preview cluster-up cluster-down cluster-build cluster-build-e2e e2e
@@ -28,13 +32,13 @@ venv-tf: $(VENV_TF)/.installed
 
 ## render: run the program under Pulumi's mock runtime -> out/$(STACK)/plan.json + manifests/
 render: venv
-	$(PY) -m tools.render --stack $(STACK)
+	$(PY) -m tools.render --stack $(STACK) $(if $(PROJECT),--project $(PROJECT))
 
 ## validate: a bare API server (etcd + kube-apiserver of the stack's minor, the pinned CRDs, the render's
 ## admission policies; cached builds) judges every rendered object as a create, with the Trainer version the
 ## render deploys; PREVIOUS=<an earlier render's manifests dir> judges each as the update from it; then it stops
 validate: render
-	$(PY) -m tools.validate out/$(STACK)/manifests $(if $(PREVIOUS),--previous $(PREVIOUS))
+	$(PY) -m tools.validate $(OUT)/manifests $(if $(PREVIOUS),--previous $(PREVIOUS)) $(if $(PROJECT),--platform $(OUT)/platform/manifests)
 
 ## test: the whole test suite (offline, CPU only)
 test: venv
@@ -43,7 +47,7 @@ test: venv
 ## emulate: run the rendered TrainJob $(JOB) of $(STACK) locally (CPU, gloo): ddp, fsdp, tf, nccl-check;
 ## JOB=tf runs with TensorFlow from $(VENV_TF), created here on first use
 emulate: venv $(if $(filter tf,$(JOB)),venv-tf)
-	$(PY) -m tools.emulate --stack $(STACK) --job $(JOB) $(if $(filter tf,$(JOB)),--python $(VENV_TF)/bin/python) $(EMULATE_ARGS)
+	$(PY) -m tools.emulate --stack $(STACK) $(if $(PROJECT),--project $(PROJECT),--job $(JOB)) $(if $(filter tf,$(JOB)),--python $(VENV_TF)/bin/python) $(EMULATE_ARGS)
 
 ## bench: CPU benchmarks (training throughput, render time, checkpoint cost, ours against the workshop's approach)
 bench: venv
@@ -96,9 +100,10 @@ golden: venv
 
 ## cluster-up: a local control plane for $(STACK) (etcd, kube-apiserver, controller-manager, scheduler, kwok,
 ## JobSet, Trainer, Kueue, Karpenter's kwok provider, built from their Go modules at the pinned versions and
-## cached), the stack applied with server-side apply; out/$(STACK)/cluster/kubeconfig; keeps running
+## cached), the stack applied with server-side apply; out/$(STACK)/cluster/kubeconfig; keeps running.
+## PROJECT=workloads STACK=<run>: the run's platform stack first (its cluster, or the one running), then only the run
 cluster-up: venv
-	$(PY) -m tools.cluster up --stack $(STACK)
+	$(PY) -m tools.cluster up --stack $(STACK) $(if $(PROJECT),--project $(PROJECT))
 
 ## cluster-down: stop exactly the processes cluster-up started (by pid) and remove out/$(STACK)/cluster
 cluster-down: venv

@@ -19,7 +19,7 @@ from components.registry import ImageMirror, TrainingImage
 from components.storage import CheckpointStorage
 from components.tenants import Tenants
 from components.trainer import Trainer
-from components.trainjobs import TrainJobs
+from components.trainjobs import PLATFORM_OUTPUT, TrainJobs
 from config.deploy_rules import deploy_problems
 from config.schema import ConfigError, ConfigErrors
 from config.settings import job_grace_periods, load_settings
@@ -78,6 +78,8 @@ if storage and settings.trainjobs.jobs():
     pulumi.export("trainJobs", jobs.names)
     if training_image:
         pulumi.export("trainingImage", training_image.ref)
+    # what a TrainJob stack (workloads/, a StackReference to this stack) runs its run with
+    pulumi.export(PLATFORM_OUTPUT, jobs.platform_document(training_image.ref if training_image else None, images.refs))
 
 pulumi.export("clusterName", cluster.name)
 pulumi.export("kubeconfig", cluster.kubeconfig)

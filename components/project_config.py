@@ -15,8 +15,9 @@ from config.schema import PROJECT, ConfigError, ConfigErrors
 from config.stack_file import namespace_suggestion
 
 
-def project_config() -> dict[str, Any]:
-    """All ``training-platform:*`` keys, structured values decoded, prefix removed.
+def project_config(project: str = PROJECT) -> dict[str, Any]:
+    """All ``<project>:*`` keys (default ``training-platform``; a TrainJob stack's
+    ``training-platform-workloads``), structured values decoded, prefix removed.
 
     Reading the whole map (not key by key) is what lets unknown keys be reported as errors.
     """
@@ -26,10 +27,10 @@ def project_config() -> dict[str, Any]:
     misspelt = []
     for full_key, value in merged.items():
         namespace, _, key = full_key.partition(":")
-        if namespace != PROJECT:
+        if namespace != project:
             # a key meant for this project under a misspelt namespace would be silently ignored
-            if namespace_suggestion(namespace, PROJECT):
-                misspelt.append(ConfigError(full_key, _decode(value), f"unknown config namespace {namespace!r}; did you mean {PROJECT!r}?"))
+            if namespace_suggestion(namespace, project):
+                misspelt.append(ConfigError(full_key, _decode(value), f"unknown config namespace {namespace!r}; did you mean {project!r}?"))
             continue
         raw[key] = _decode(value)
     if misspelt:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import pulumi
 import pulumi_kubernetes as k8s
+from pulumi.runtime.sync_await import _sync_await
 
 import versions
 from components.kueue import Kueue
@@ -11,14 +15,17 @@ from components.registry import ImageMirror
 from components.resources import apply_manifest
 from components.storage import CheckpointStorage
 from components.trainer import Trainer
+from config.job_models import JobBase
 from config.settings import Settings
+from manifests import job_platform, trainer_api
 from manifests import kueue as kq
 from manifests import tenants as tn
-from manifests import trainer_api
 from manifests import trainjobs as tj
-from manifests.images import from_docker_hub
-from manifests.tenants import LOCAL_QUEUE
+from manifests.job_platform import JobPlatform
 from manifests.volume_setup import checkpoint_owner_job
+
+PLATFORM_OUTPUT = "jobPlatform"
+"""The platform stack's output a TrainJob stack reads (manifests/job_platform.py document)."""
 
 
 class TrainJobs(pulumi.ComponentResource):
@@ -69,14 +76,14 @@ class TrainJobs(pulumi.ComponentResource):
         if kueue is not None:
             queue = [apply_manifest(kq.local_queue(ns_name, kq.TRAINING_QUEUE), o(ns, kueue.training_queue)), *kueue.ready]
         self.jobs = {}
+        # the facts a run is built from: the same function builds a TrainJob stack's run (workloads/__main__.py)
+        self.platform = job_platform.of_settings(settings, queue=kueue is not None, runtimes=trainer.runtime_names)
         for key, job in settings.trainjobs.jobs().items():
             workload = tj.WORKLOADS[key]
-            job_image = job.image or image
-            if images is not None and job.image is not None and "image" not in job.model_fields_set and from_docker_hub(job.image):
-                job_image = images.copy(job.image)
-            runtime_key = tj.runtime_key(workload, job, settings)  # its runtime, or that runtime's variant with the job's grace period
+            job_image = tj.run_image(job, image, images.copy if images is not None else None)
+            runtime_key = tj.runtime_key(workload, job, self.platform)  # its runtime, or that runtime's variant with the job's grace period
             runtime = trainer.runtimes[runtime_key]  # config refuses a job whose runtime is not installed
-            manifest = tj.trainjob(workload, job, settings, code_configmap=tj.code_configmap_name(files), image=job_image, runtime_name=trainer.runtime_names[runtime_key], queue=LOCAL_QUEUE if kueue else None)
+            _, manifest = tj.run_objects(workload, job, self.platform, files=files, image=job_image)
             # TrainJob specs are (mostly) immutable: any change (a new image digest too) replaces the job, deleting the
             # old one first. So does a label change: Kueue v0.19.2 refuses a queue-name change on a running job
             # (pkg/controller/jobframework/validation.go validateUpdateForQueueName) and adds its runtime patch only
@@ -86,3 +93,50 @@ class TrainJobs(pulumi.ComponentResource):
             self.jobs[key] = apply_manifest(manifest, o(runtime, code, pvc, owner, *capacity, *queue, replace_on_changes=["spec", "metadata.labels"], delete_before_replace=True))
         self.names = [tj.WORKLOADS[k].name for k in self.jobs]
         self.register_outputs({"trainJobs": self.names})
+
+    def platform_document(self, image: pulumi.Input[str] | None, image_copies: dict[str, pulumi.Output[str]]) -> dict:
+        """The ``jobPlatform`` output: what a TrainJob stack (workloads/) reads of this platform (its
+        jobs' namespace and claim, runtimes, queue, pools, EFA, Trainer version, the built image and
+        the ECR copies of the default images)."""
+        return job_platform.document(dataclasses.replace(self.platform, image=image, image_copies=image_copies))
+
+
+class PlatformReference:
+    """The platform stack a TrainJob stack runs on: a ``pulumi.StackReference`` to it, its
+    ``jobPlatform`` output read as :class:`~manifests.job_platform.JobPlatform` (before anything of
+    the run is registered, so a run the platform cannot take registers nothing), and a Kubernetes
+    provider from its ``kubeconfig`` output (server-side apply, as the platform's own provider)."""
+
+    def __init__(self, name: str, stack: str):
+        self.name, self.stack = name, stack
+        self.ref = pulumi.StackReference(name, stack_name=stack)
+
+    def facts(self) -> JobPlatform:
+        # a stack reference's outputs are read while the program runs (pulumi preview too); the value
+        # is awaited here as Pulumi's own synchronous invokes are (pulumi/runtime/sync_await.py)
+        details = _sync_await(self.ref.get_output_details(PLATFORM_OUTPUT))
+        doc = details.value if details.value is not None else details.secret_value
+        return job_platform.from_document(doc, self.stack)
+
+    def provider(self) -> k8s.Provider:
+        kubeconfig = self.ref.require_output("kubeconfig").apply(lambda k: k if isinstance(k, str) else json.dumps(k))
+        return k8s.Provider(f"{self.name}-k8s", kubeconfig=pulumi.Output.secret(kubeconfig), enable_server_side_apply=True, delete_unreachable=False)
+
+
+class TrainJobRun(pulumi.ComponentResource):
+    """One run of a TrainJob stack (``workloads/``): its code ConfigMap and its TrainJob, built by
+    :func:`manifests.trainjobs.run_objects` (as the platform's ``trainjobs.<job>``) from the job
+    model and the facts of the platform stack it runs on; nothing of the platform is registered."""
+
+    def __init__(self, name: str, *, key: str, job: JobBase, platform: JobPlatform, provider: k8s.Provider, trainjob_name: str, opts: pulumi.ResourceOptions | None = None):
+        """``trainjob_name``: the run's own (never the platform's job of that kind: its checkpoints are its own)."""
+        super().__init__("training-platform:workloads:TrainJobRun", name, None, opts)
+        workload = dataclasses.replace(tj.WORKLOADS[key], name=trainjob_name)
+        image = tj.run_image(job, platform.image, lambda ref: platform.image_copies[ref])  # job_platform.run_problems refuses a missing copy
+        configmap, manifest = tj.run_objects(workload, job, platform, files=tj.code_files(), image=image)
+        code = apply_manifest(configmap, pulumi.ResourceOptions(parent=self, provider=provider))
+        # replaced on any change, the old job deleted first (as the platform's jobs: TrainJobs above)
+        self.trainjob = apply_manifest(manifest, pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[code], replace_on_changes=["spec", "metadata.labels"], delete_before_replace=True))
+        self.name = workload.name
+        self.namespace = platform.namespace
+        self.register_outputs({"trainJob": self.name, "namespace": self.namespace})

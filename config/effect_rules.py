@@ -19,7 +19,7 @@ from typing import Protocol
 from config import catalog
 from config.checks import quantity_bytes
 from config.infra_models import TORCH_RUNTIME, GpuPoolSettings, TrainerSettings
-from config.job_models import TrainJobsSettings, system_namespaces
+from config.job_models import JobBase, TrainJobsSettings, system_namespaces
 from config.program_flags import argument_problems
 from config.schema import ConfigError, looks_secret
 from config.team_models import KueueSettings, ObservabilitySettings, TenantsSettings
@@ -63,16 +63,25 @@ def kueue_off_rules(s: Settings) -> Iterator[ConfigError]:
     """Priorities, the start timeout and requeues are Kueue's: with Kueue off they do nothing."""
     if s.kueue_enabled:
         return
-    why = "Kueue is off in this stack (kueue.enabled false, or no tenants), and this is a Kueue setting that would do nothing; allowed: unset, or turn Kueue on (kueue.enabled: true, Trainer v2.3.0)"
+    why = KUEUE_OFF
     for name, job in s.trainjobs.jobs_by_key().items():
-        if _set(job, "priority"):
-            yield ConfigError(f"trainjobs.{name}.priority", job.priority, why)
+        yield from job_priority_problems(f"trainjobs.{name}", job, kueue_enabled=False)
     for key in ("pods_ready_timeout", "requeue_limit"):
         if _set(s.kueue, key):
             yield ConfigError(f"kueue.{'podsReadyTimeout' if key == 'pods_ready_timeout' else 'requeueLimit'}", getattr(s.kueue, key), why)
     for team, t in s.tenants.teams().items():
         if _set(t, "default_priority"):
             yield ConfigError(f"tenants.{team}.defaultPriority", t.default_priority, why)
+
+
+KUEUE_OFF = "Kueue is off in this stack (kueue.enabled false, or no tenants), and this is a Kueue setting that would do nothing; allowed: unset, or turn Kueue on (kueue.enabled: true, Trainer v2.3.0)"
+
+
+def job_priority_problems(key: str, job: JobBase, *, kueue_enabled: bool) -> Iterator[ConfigError]:
+    """A priority set on a job (config key ``key``) of a platform without Kueue: the platform's jobs
+    and a TrainJob stack's run (manifests/job_platform.py) alike."""
+    if not kueue_enabled and _set(job, "priority"):
+        yield ConfigError(f"{key}.priority", job.priority, KUEUE_OFF)
 
 
 # EFS backups are AWS Backup's default plan: daily, kept 35 days, nothing to configure but on/off
@@ -127,30 +136,40 @@ def observability_rules(s: Settings) -> Iterator[ConfigError]:
 def job_guard_rules(s: Settings) -> Iterator[ConfigError]:
     start_s = 60 * s.start_minutes_needed()
     for name, job in s.trainjobs.jobs_by_key().items():
-        key = f"trainjobs.{name}"
-        if _set(job, "stall_timeout_seconds"):
-            if not type(job).STALL_WATCHDOG:
-                yield ConfigError(f"{key}.stallTimeoutSeconds", job.stall_timeout_seconds, f"{type(job).PROGRAM} has no stall watchdog, so this would guard nothing; allowed: unset")
-            elif 0 < job.stall_timeout_seconds < SMALLEST_STALL_TIMEOUT:
-                yield ConfigError(
-                    f"{key}.stallTimeoutSeconds", job.stall_timeout_seconds,
-                    f"shorter than a healthy job's first rendezvous or a checkpoint save, which complete no step; allowed: 0 (off) or at least {SMALLEST_STALL_TIMEOUT}",
-                )
-        deadline = job.active_deadline_seconds
-        if job.enabled and deadline is not None and deadline < start_s:
+        yield from job_guard_problems(f"trainjobs.{name}", job, start_s)
+
+
+def job_guard_problems(key: str, job: JobBase, start_s: int) -> Iterator[ConfigError]:
+    """A hang guard the program lacks or that fires on a healthy job; a deadline shorter than the
+    ``start_s`` seconds the platform allows a job to start."""
+    if _set(job, "stall_timeout_seconds"):
+        if not type(job).STALL_WATCHDOG:
+            yield ConfigError(f"{key}.stallTimeoutSeconds", job.stall_timeout_seconds, f"{type(job).PROGRAM} has no stall watchdog, so this would guard nothing; allowed: unset")
+        elif 0 < job.stall_timeout_seconds < SMALLEST_STALL_TIMEOUT:
             yield ConfigError(
-                f"{key}.activeDeadlineSeconds", deadline,
-                f"shorter than the {start_s} s this stack allows a job to start (a GPU node's launch and the downloads: kueue.podsReadyTimeout), so the job could fail before it trains; allowed: at least {start_s}",
+                f"{key}.stallTimeoutSeconds", job.stall_timeout_seconds,
+                f"shorter than a healthy job's first rendezvous or a checkpoint save, which complete no step; allowed: 0 (off) or at least {SMALLEST_STALL_TIMEOUT}",
             )
+    deadline = job.active_deadline_seconds
+    if job.enabled and deadline is not None and deadline < start_s:
+        yield ConfigError(
+            f"{key}.activeDeadlineSeconds", deadline,
+            f"shorter than the {start_s} s this stack allows a job to start (a GPU node's launch and the downloads: kueue.podsReadyTimeout), so the job could fail before it trains; allowed: at least {start_s}",
+        )
 
 
 def extra_args_rules(s: Settings) -> Iterator[ConfigError]:
     """``extraArgs`` judged by the program's own parser (config/program_flags.py); secret-looking
     values are refused: they would sit in plain text in the TrainJob and the state."""
     for name, job in s.trainjobs.jobs_by_key().items():
-        if not job.enabled or not job.extra_args:
-            continue
-        key = f"trainjobs.{name}.extraArgs"
+        if job.enabled:
+            yield from job_args_problems(f"trainjobs.{name}", job)
+
+
+def job_args_problems(path: str, job: JobBase) -> Iterator[ConfigError]:
+    """``extraArgs`` of one job (config key ``path``) judged by its program's parser; secrets refused."""
+    if job.extra_args:
+        key = f"{path}.extraArgs"
         secret = [i for i, arg in enumerate(job.extra_args) if looks_secret("extraArgs", arg) or (i > 0 and job.extra_args[i - 1].startswith("-") and looks_secret(job.extra_args[i - 1].lstrip("-"), arg))]
         for i in secret:
             yield ConfigError(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, cast
 
 from pydantic import Field
@@ -151,8 +151,7 @@ class Settings(StackConfig):
     def start_minutes_needed(self) -> int:
         """Minutes an admitted job of this stack may need before all its pods run: a node's
         launch plus twice its largest download (see NODE_LAUNCH_MINUTES)."""
-        download = max((getattr(j, "download_gib", 0) for j in self.trainjobs.jobs().values()), default=0)
-        return NODE_LAUNCH_MINUTES + math.ceil(2 * download * 1024 / DOWNLOAD_MIB_PER_S / 60)
+        return start_minutes_for(self.trainjobs.jobs().values())
 
     def pods_ready_timeout(self) -> str:
         """kueue.podsReadyTimeout as set, else sized by :meth:`start_minutes_needed`."""
@@ -164,6 +163,13 @@ class Settings(StackConfig):
         if self.kueue.enabled is not None:
             return self.kueue.enabled
         return bool(self.tenants.root) and self.trainer.version not in KUEUE_INCOMPATIBLE_TRAINERS
+
+
+def start_minutes_for(jobs: Iterable[JobBase]) -> int:
+    """Minutes an admitted job among ``jobs`` may need before all its pods run: a node's launch
+    plus twice the largest download (see NODE_LAUNCH_MINUTES)."""
+    download = max((getattr(j, "download_gib", 0) for j in jobs), default=0)
+    return NODE_LAUNCH_MINUTES + math.ceil(2 * download * 1024 / DOWNLOAD_MIB_PER_S / 60)
 
 
 def load_settings(raw: Mapping[str, Any], *, stack: str, region: str) -> Settings:
@@ -263,12 +269,8 @@ def _zone_rules(s: Settings) -> Iterator[ConfigError]:
             yield ConfigError(key, zone, in_region)
         elif explicit and zone not in explicit:
             yield ConfigError(key, zone, "allowed: one of the cluster's zones (network.availabilityZones): " + ", ".join(explicit))
-    if efa_zone is not None:
-        for name, job in s.trainjobs.jobs().items():
-            if job.instance_type in s.efa.instance_types and job.availability_zone not in (None, efa_zone):
-                yield ConfigError(
-                    f"trainjobs.{name}.availabilityZone", job.availability_zone, f"the job runs in the EFA pool ({job.instance_type} is in efa.instanceTypes); allowed: efa.availabilityZone ({efa_zone})"
-                )
+    for name, job in s.trainjobs.jobs().items():
+        yield from job_efa_zone_problems(f"trainjobs.{name}", job, efa_zone, s.efa.instance_types)
     zones = s.pinned_zones()
     if not s.network.create_vpc and zones and not explicit:
         # the given subnets' zones are not known before deploy: nodes pinned to a zone without a
@@ -286,18 +288,33 @@ def _job_rules(s: Settings) -> Iterator[ConfigError]:
         pool_types |= set(s.efa.instance_types)
     for name, job in s.trainjobs.jobs().items():
         key = f"trainjobs.{name}"
-        if job.instance_type not in pool_types:
-            yield ConfigError(f"{key}.instanceType", job.instance_type, "not allowed by the gpu-pool (gpuPool.instanceCategories/instanceFamilies/instanceTypes); allowed: " + ", ".join(sorted(pool_types)))
-            continue
-        gpus = job_gpus_per_node(job)
         limit, limit_key = s.gpu_pool.gpu_limit, "gpuPool.gpuLimit"
         if s.efa.enabled and job.instance_type in s.efa.instance_types:
             # the job's EFA pool holds at least one node of each of its types (manifests.gpu_objects.efa_node_pool)
             efa_types = efa_layouts(s.efa)[efa_pool_of(s.efa, job.instance_type) or ""]
             limit = max(limit, sum(catalog.lookup(t).gpus for t in efa_types))
             limit_key = f"the EFA pool's limit (gpuPool.gpuLimit, at least one node of each of {', '.join(efa_types)})"
-        if job.num_nodes * gpus > limit:
-            yield ConfigError(f"{key}.numNodes", job.num_nodes, f"the job needs {job.num_nodes * gpus} GPUs but {limit_key} is {limit}; allowed: at most {limit // gpus} nodes")
+        yield from job_capacity_problems(key, job, sorted(pool_types), limit, limit_key)
+
+
+def job_capacity_problems(key: str, job: JobBase, pool_types: Sequence[str], limit: int, limit_key: str) -> Iterator[ConfigError]:
+    """A job (config key ``key``) whose instance type no GPU pool launches, or that needs more GPUs
+    than its pool may hold (``limit``, named ``limit_key``): the platform's jobs and a TrainJob
+    stack's run (manifests/job_platform.py) are judged by this one rule."""
+    if job.instance_type not in pool_types:
+        yield ConfigError(f"{key}.instanceType", job.instance_type, "not allowed by the gpu-pool (gpuPool.instanceCategories/instanceFamilies/instanceTypes); allowed: " + ", ".join(sorted(pool_types)))
+        return
+    gpus = job_gpus_per_node(job)
+    if job.num_nodes * gpus > limit:
+        yield ConfigError(f"{key}.numNodes", job.num_nodes, f"the job needs {job.num_nodes * gpus} GPUs but {limit_key} is {limit}; allowed: at most {limit // gpus} nodes")
+
+
+def job_efa_zone_problems(key: str, job: JobBase, efa_zone: str | None, efa_types: Sequence[str]) -> Iterator[ConfigError]:
+    """A job in the EFA pool (its type is an EFA type) pinned to another zone than the pool's."""
+    if efa_zone is not None and job.instance_type in efa_types and job.availability_zone not in (None, efa_zone):
+        yield ConfigError(
+            f"{key}.availabilityZone", job.availability_zone, f"the job runs in the EFA pool ({job.instance_type} is in efa.instanceTypes); allowed: efa.availabilityZone ({efa_zone})"
+        )
 
 
 # Kueue 0.19 records its admission (node selectors, tolerations) in TrainJob.spec.runtimePatches
@@ -429,14 +446,8 @@ def job_grace_periods(s: Settings) -> dict[str, list[int]]:
 
 
 def _lifecycle_rules(s: Settings) -> Iterator[ConfigError]:
-    if s.trainer.version in DEADLINE_INCOMPATIBLE_TRAINERS:
-        for name, job in s.trainjobs.jobs().items():
-            if job.active_deadline_seconds is not None:
-                yield ConfigError(
-                    f"trainjobs.{name}.activeDeadlineSeconds", job.active_deadline_seconds,
-                    f"Trainer {s.trainer.version}'s TrainJob has no activeDeadlineSeconds (it came with v2.2.0); allowed: unset, or trainer.version v2.3.0 "
-                    "(on v2.1.0 stop a runaway job by hand: docs/runbook.md, 'Runaway jobs')",
-                )
+    for name, job in s.trainjobs.jobs().items():
+        yield from job_lifecycle_problems(f"trainjobs.{name}", job, s.trainer.version)
     check_type = s.smoke_checks.instance_type
     if s.smoke_checks.enabled and check_type is not None:
         pool = {i.name for i in s.gpu_pool.allowed_types()}
@@ -444,6 +455,16 @@ def _lifecycle_rules(s: Settings) -> Iterator[ConfigError]:
             yield ConfigError("smokeChecks.instanceType", check_type, "not allowed by the gpu-pool; allowed: " + ", ".join(sorted(pool)))
 
 
+
+
+def job_lifecycle_problems(key: str, job: JobBase, trainer_version: str) -> Iterator[ConfigError]:
+    """A field the job sets that the Trainer release's TrainJob lacks."""
+    if trainer_version in DEADLINE_INCOMPATIBLE_TRAINERS and job.active_deadline_seconds is not None:
+        yield ConfigError(
+            f"{key}.activeDeadlineSeconds", job.active_deadline_seconds,
+            f"Trainer {trainer_version}'s TrainJob has no activeDeadlineSeconds (it came with v2.2.0); allowed: unset, or trainer.version v2.3.0 "
+            "(on v2.1.0 stop a runaway job by hand: docs/runbook.md, 'Runaway jobs')",
+        )
 def job_runtime(kind: str) -> str:
     """The ClusterTrainingRuntime (base name) the job of config key ``kind`` runs on (its settings
     class says: ``RUNTIME``)."""

@@ -292,7 +292,12 @@ def variant_key(base: str, grace: int | None, trainer: TrainerSettings) -> str:
     """The key (label ``training-platform/runtime``) of the runtime of kind ``base`` whose pods get
     ``grace`` seconds: ``base`` itself for the stack's ``trainer.terminationGraceSeconds`` (or None),
     else ``<base>-grace<N>``."""
-    return base if grace is None or grace == trainer.termination_grace_seconds else f"{base}-grace{grace}"
+    return variant_key_for(base, grace, trainer.termination_grace_seconds)
+
+
+def variant_key_for(base: str, grace: int | None, default_grace: int) -> str:
+    """:func:`variant_key` given the stack's default grace period (a run stack has only that fact)."""
+    return base if grace is None or grace == default_grace else f"{base}-grace{grace}"
 
 
 def runtime(

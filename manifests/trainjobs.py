@@ -7,7 +7,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import pathlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,12 +23,13 @@ from config.settings import (
     Settings,
     TfJobSettings,
     job_gpus_per_node,
-    job_grace_periods,
 )
 from manifests import trainer_api
-from manifests.gpu_objects import EFA_LABEL, EFA_POOL, GPU_POOL, POOL_LABEL, efa_devices_per_node, efa_pool_of
+from manifests.gpu_objects import EFA_LABEL, EFA_POOL, GPU_POOL, POOL_LABEL, efa_devices_per_node
+from manifests.images import from_docker_hub
+from manifests.job_platform import JobPlatform, of_settings
 from manifests.kueue import PRIORITY_LABEL
-from manifests.runtimes import EFA_ENV, INITIALIZED_KEY_ANNOTATION, INITIALIZED_KEY_ENV, initialized_subpath, runtime_names, variant_key
+from manifests.runtimes import EFA_ENV, INITIALIZED_KEY_ANNOTATION, INITIALIZED_KEY_ENV, initialized_subpath
 from manifests.tenants import CHECKPOINT_CLAIM, QUEUE_LABEL
 from manifests.trainer_api import INITIALIZED_DATASET, INITIALIZED_MODEL
 
@@ -188,13 +189,13 @@ def initialized_dir(trainjob_name: str, key: str) -> str:
     return f"{CHECKPOINT_MOUNT}/{initialized_subpath(trainjob_name, key)}"
 
 
-def initializer(job: JobBase, settings: Settings) -> dict[str, Any] | None:
+def initializer(job: JobBase, platform: JobPlatform) -> dict[str, Any] | None:
     """TrainJob.spec.initializer for jobs on the runtime with initializers (FSDP: the dataset and
     the model as ``hf://`` URIs; the optional token as a secretRef)."""
     if not isinstance(job, FsdpJobSettings):
         return None
     key = [{"name": INITIALIZED_KEY_ENV, "value": initialized_key(job)}]
-    return trainer_api.initializer_spec(dataset_uri=job.dataset_uri(), model_uri=job.model_uri(), token_secret=settings.trainjobs.hf_token_secret, env=key)
+    return trainer_api.initializer_spec(dataset_uri=job.dataset_uri(), model_uri=job.model_uri(), token_secret=platform.hf_token_secret, env=key)
 
 
 def initializer_pod_metadata(init: dict[str, Any] | None) -> dict[str, dict]:
@@ -210,10 +211,11 @@ def initializer_pod_metadata(init: dict[str, Any] | None) -> dict[str, dict]:
     return found
 
 
-def runtime_key(workload: Workload, job: JobBase, settings: Settings) -> str:
+def runtime_key(workload: Workload, job: JobBase, platform: JobPlatform | Settings) -> str:
     """The runtime (key of ``manifests.runtimes.runtimes``) a job runs on: its workload's, or that
     runtime's grace variant when the job has a grace period of its own."""
-    return variant_key(workload.runtime, job.termination_grace_seconds, settings.trainer)
+    default = platform.default_grace if isinstance(platform, JobPlatform) else platform.trainer.termination_grace_seconds
+    return JobPlatform.runtime_key_of(workload.runtime, job.termination_grace_seconds, default)
 
 
 def program_args(workload: Workload, job: JobBase) -> list[str]:
@@ -248,12 +250,12 @@ def trainer_entry(workload: Workload, job: JobBase) -> dict[str, Any]:
     return {"command": ["python3", f"{CODE_MOUNT}/launch.py", "torchrun", f"{CODE_MOUNT}/{workload.program}"], "args": args, "numProcPerNode": job_gpus_per_node(job)}
 
 
-def efa_devices(job: JobBase, settings: Settings) -> int:
+def efa_devices(job: JobBase, platform: JobPlatform) -> int:
     """EFA devices for one node of the job: what the EFA pool's nodes of this type expose
     (``efa_devices_per_node``, the same function the node class is built from), in proportion
     to the GPUs used. 0 when the type does not land in the EFA pool: then it gets no EFA devices
     and no EFA environment either."""
-    if not (settings.efa.enabled and job.instance_type in settings.efa.instance_types):
+    if not (platform.efa_enabled and job.instance_type in platform.efa_types):
         return 0
     per_node = efa_devices_per_node(job.instance_type)
     if not per_node:
@@ -262,17 +264,17 @@ def efa_devices(job: JobBase, settings: Settings) -> int:
     return max(1, per_node * job_gpus_per_node(job) // info.gpus)
 
 
-def job_env(job: JobBase, settings: Settings) -> list[dict]:
+def job_env(job: JobBase, platform: JobPlatform) -> list[dict]:
     """The trainer container's env: libfabric/NCCL EFA settings only for jobs that get EFA
     devices (a job told ``FI_PROVIDER=efa`` on a node without EFA fails to initialise NCCL's
     network plugin instead of falling back to sockets)."""
     env: list[dict] = []
-    if efa_devices(job, settings):
+    if efa_devices(job, platform):
         env += [dict(e) for e in EFA_ENV]
     return env
 
 
-def resources_per_node(job: JobBase, settings: Settings) -> dict:
+def resources_per_node(job: JobBase, platform: JobPlatform) -> dict:
     info = catalog.lookup(job.instance_type)
     gpus = job_gpus_per_node(job)
     share = gpus / info.gpus
@@ -280,7 +282,7 @@ def resources_per_node(job: JobBase, settings: Settings) -> dict:
     cpu = max(1, int((info.vcpu - 2) * share * 0.9))
     memory = max(2, int((info.memory_gib - 4) * share * 0.85))
     limits: dict[str, Any] = {"nvidia.com/gpu": gpus}
-    efa = efa_devices(job, settings)
+    efa = efa_devices(job, platform)
     if efa:
         limits["vpc.amazonaws.com/efa"] = efa
     return {"requests": {"cpu": str(cpu), "memory": f"{memory}Gi"}, "limits": {**limits, "memory": f"{memory}Gi"}}
@@ -292,7 +294,7 @@ RUNTIME_IMAGE = object()
 
 
 def trainjob(
-    workload: Workload, job: JobBase, settings: Settings, *, code_configmap: str, image: Any = None, runtime_name: str | None = None, queue: str | None = None, entry: dict[str, Any] | None = None,
+    workload: Workload, job: JobBase, platform: JobPlatform | Settings, *, code_configmap: str, image: Any = None, runtime_name: str | None = None, queue: str | None = None, entry: dict[str, Any] | None = None,
     priority: str | None = None,
 ) -> dict:
     """The TrainJob of a workload on its runtime (``runtime_name``: the runtime's current
@@ -301,24 +303,26 @@ def trainjob(
     own ``image`` setting, which must then be set. ``queue``: the Kueue LocalQueue the job waits in
     (with Kueue on); the job then also names its GPU pool, so Kueue picks that pool's flavor.
     ``entry``: the trainer's ``command``/``args``/``numProcPerNode`` (``trainctl`` passes the
-    user's command); default :func:`trainer_entry` of the workload."""
+    user's command); default :func:`trainer_entry` of the workload. ``platform``: the facts of the
+    platform it runs on (:mod:`manifests.job_platform`; a stack's settings are taken as theirs)."""
+    if not isinstance(platform, JobPlatform):
+        platform = of_settings(platform, queue=queue is not None)
     image = image if image is not None else job.image
     if image is None:
         raise ValueError(f"TrainJob {workload.name}: no image (trainjobs.{workload.key}.image is unset and no built image was passed)")
     if runtime_name is None:
-        names = runtime_names(settings.trainer, job_grace_periods(settings))
-        key = runtime_key(workload, job, settings)
-        if key not in names:  # config refuses this (trainjobs.<job>.enabled)
+        key = runtime_key(workload, job, platform)
+        if key not in platform.runtime_names:  # config refuses this (trainjobs.<job>.enabled; a run stack: job_platform.run_problems)
             raise ValueError(f"TrainJob {workload.name}: runtime {workload.runtime} is not in trainer.runtimes")
-        runtime_name = names[key]
-    ns = settings.trainjobs.namespace
+        runtime_name = platform.runtime_names[key]
+    ns = platform.namespace
     node_selector = {"node.kubernetes.io/instance-type": job.instance_type}
     zone = job.availability_zone
-    if efa_devices(job, settings):
+    if efa_devices(job, platform):
         node_selector[EFA_LABEL] = "true"
         # exactly the EFA pool of this type (every EFA flavor carries the EFA label: see efa_pool_of)
-        node_selector[POOL_LABEL] = efa_pool_of(settings.efa, job.instance_type) or EFA_POOL
-        zone = zone or settings.efa.availability_zone  # EFA nodes live in that one AZ (config refuses another)
+        node_selector[POOL_LABEL] = platform.efa_pool_of(job.instance_type) or EFA_POOL
+        zone = zone or platform.efa_zone  # EFA nodes live in that one AZ (config refuses another)
     elif queue is not None:
         node_selector[POOL_LABEL] = GPU_POOL  # else Kueue may place it in an EFA pool, whose types differ
     if zone:
@@ -327,7 +331,7 @@ def trainjob(
         "nodeSelector": node_selector,
         "volumes": [
             {"name": CODE_VOLUME, "configMap": {"name": code_configmap}},
-            {"name": CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": CHECKPOINT_CLAIM}},
+            {"name": CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": platform.checkpoint_claim}},
         ],
         "containers": [
             {
@@ -340,12 +344,12 @@ def trainjob(
         ],
     }
     # a job's own grace period is its runtime's (runtime_key), never a pod patch: Kueue drops that
-    init = initializer(job, settings) if entry is None else None  # trainctl's own commands bring no initializer
-    field, value = trainer_api.pod_customization(settings.trainer.version, metadata=None, pod_spec=pod_spec, job_metadata=initializer_pod_metadata(init))
+    init = initializer(job, platform) if entry is None else None  # trainctl's own commands bring no initializer
+    field, value = trainer_api.pod_customization(platform.trainer_version, metadata=None, pod_spec=pod_spec, job_metadata=initializer_pod_metadata(init))
     lifecycle: dict[str, Any] = {}
     if job.active_deadline_seconds is not None:  # a TrainJob field from Trainer v2.2 (config refuses it on v2.1.0)
-        if settings.trainer.version in DEADLINE_INCOMPATIBLE_TRAINERS:
-            raise ValueError(f"TrainJob {workload.name}: Trainer {settings.trainer.version} has no activeDeadlineSeconds")
+        if platform.trainer_version in DEADLINE_INCOMPATIBLE_TRAINERS:
+            raise ValueError(f"TrainJob {workload.name}: Trainer {platform.trainer_version} has no activeDeadlineSeconds")
         lifecycle["activeDeadlineSeconds"] = job.active_deadline_seconds
     manifest = {
         "apiVersion": trainer_api.API_VERSION,
@@ -357,9 +361,9 @@ def trainjob(
                 **({} if image is RUNTIME_IMAGE else {"image": image}),
                 **(entry if entry is not None else trainer_entry(workload, job)),
                 "numNodes": job.num_nodes,
-                "resourcesPerNode": resources_per_node(job, settings),
+                "resourcesPerNode": resources_per_node(job, platform),
                 # with initializers the program reads data and models from disk: never the hub
-                "env": [*job_env(job, settings), *([{"name": "HF_HUB_OFFLINE", "value": "1"}] if init else []), {"name": JOB_NAME_ENV, "value": workload.name}, *_stall_env(job), *_preflight_env(job, efa_devices(job, settings))],
+                "env": [*job_env(job, platform), *([{"name": "HF_HUB_OFFLINE", "value": "1"}] if init else []), {"name": JOB_NAME_ENV, "value": workload.name}, *_stall_env(job), *_preflight_env(job, efa_devices(job, platform))],
             },
             **({"initializer": init} if init else {}),
             field: value,
@@ -368,5 +372,31 @@ def trainjob(
     }
     dropped = trainer_api.dropped_by_kueue(manifest) if queue else []
     if dropped:  # a builder change that Kueue's admission would undo (manifests/trainer_api.py KUEUE_DROPPED_FIELDS)
+
+
+def run_image(job: JobBase, platform_image: Any, copy: Callable[[str], Any] | None) -> Any:
+    """The trainer image of a run: the image the config names (as given when the stack file names it;
+    a default that is a Docker Hub image: the platform's ECR copy of it, by ``copy``), else the
+    platform's built image."""
+    if job.image is None:
+        return platform_image
+    if copy is not None and "image" not in job.model_fields_set and from_docker_hub(job.image):
+        return copy(job.image)
+    return job.image
+
+
+def run_objects(
+    workload: Workload, job: JobBase, platform: JobPlatform, *, files: Mapping[str, str | bytes], image: Any = None, runtime_name: str | None = None, entry: dict[str, Any] | None = None,
+    priority: str | None = None,
+) -> tuple[dict, dict]:
+    """The one function that builds a run's objects, its code ConfigMap and its TrainJob, from the
+    job model and the facts of the platform it runs on: the platform's ``trainjobs.<job>``
+    (components/trainjobs.py), a TrainJob stack (workloads/__main__.py) and ``trainctl submit``
+    (trainctl/objects.py) all call it."""
+    configmap = code_configmap(platform.namespace, files)
+    manifest = trainjob(
+        workload, job, platform, code_configmap=configmap["metadata"]["name"], image=image, runtime_name=runtime_name, queue=platform.queue, entry=entry, priority=priority,
+    )
+    return configmap, manifest
         raise ValueError(f"TrainJob {workload.name}: Kueue's Trainer {trainer_api.KUEUE_TRAINER_TYPES} types drop {', '.join(dropped)} at admission; put it in the runtime")
     return manifest

@@ -350,6 +350,7 @@ def summary_line(r: dict) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="run a rendered TrainJob locally (CPU, gloo)")
     ap.add_argument("--stack", default="dev")
+    ap.add_argument("--project", choices=("", "workloads"), default="", help="workloads: --stack is a TrainJob stack (its run, on its platform stack's runtime; --job is not used)")
     ap.add_argument("--job", choices=sorted(TINY_PROFILE), default="ddp")
     ap.add_argument("--fail-node", type=int)
     ap.add_argument("--fail-at-step", type=int)
@@ -384,13 +385,13 @@ def main(argv=None) -> int:
     try:
         for at_step in (args.fail_at_step, args.preempt_at_step):  # before rendering or starting anything
             if at_step is not None:
-                check_fail_step(at_step, None if args.trainjob else max_steps(TINY_PROFILE[args.job]))
+                check_fail_step(at_step, None if args.trainjob or args.project else max_steps(TINY_PROFILE[args.job]))
         with contextlib.ExitStack() as stack:
             work = args.work_dir or stack.enter_context(_temp_root(f"emulate-{args.stack}-{'trainjob' if args.trainjob else args.job}-"))
             if args.trainjob:
                 job = load_trainjob_file(args.trainjob, args.stack, work, python=args.python)
             else:
-                job = load_job(args.stack, args.job, work, python=args.python, hub_dir=args.hub_dir)
+                job = load_job(args.stack, None if args.project else args.job, work, python=args.python, hub_dir=args.hub_dir, project=args.project)
             for init in job.init_jobs:
                 print(f"emulate: {init.name} first ({init.env.get(trainer_api.STORAGE_URI_ENV, 'no ' + trainer_api.STORAGE_URI_ENV)})", flush=True)
             print(

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from config.stack_file import StackFileError
 from manifests import trainer_api
 from manifests.trainjobs import JOB_LABEL, TF_RUNTIME, TINY_PROFILE, WORKLOAD_BY_KIND
-from tools.mock_runtime import ProgramError, run_program
+from tools import stack_refs
+from tools.mock_runtime import ProgramError, run_program, stack_config_of
 from tools.render import PROJECT_DIR, manifests
 
 TF_VENV = ".venv-tf"  # make emulate JOB=tf: TensorFlow for the TF job (workloads/requirements-tf.txt)
@@ -160,15 +161,27 @@ def default_python(kind: str) -> str:
     return python
 
 
-def load_job(stack: str, kind: str, work_dir: str, stack_config: dict | None = None, python: str | None = None, hub_dir: str | None = None) -> Job:
+def load_job(stack: str, kind: str | None, work_dir: str, stack_config: dict | None = None, python: str | None = None, hub_dir: str | None = None, project: str = "") -> Job:
     """Render the stack and turn the TrainJob for ``kind`` into a local Job (``hub_dir``: the
-    local hub for the emulated initializers; default a fixture hub in ``work_dir``)."""
-    python = python or default_python(kind)
+    local hub for the emulated initializers; default a fixture hub in ``work_dir``). ``project``
+    ``workloads``: a TrainJob stack, rendered after its platform stack (whose runtime it runs on);
+    its one run is the job (``kind`` None)."""
     try:
-        run = run_program(PROJECT_DIR, stack, stack_config=stack_config)
+        if project:
+            project_dir = os.path.join(PROJECT_DIR, project)
+            platforms = {name: run_program(d, s) for name, (d, s) in stack_refs.referenced_stacks(stack_config_of(project_dir, stack)).items()}
+            run = run_program(project_dir, stack, stack_outputs={name: p.outputs for name, p in platforms.items()})
+            runtimes = [o for p in platforms.values() for o in manifests(p).values() if o["kind"] == "ClusterTrainingRuntime"]
+            objs = [*manifests(run).values(), *runtimes]
+            kind = next((o["metadata"]["labels"][JOB_LABEL] for o in objs if o["kind"] == "TrainJob"), kind)
+        else:
+            run = run_program(PROJECT_DIR, stack, stack_config=stack_config)
+            objs = list(manifests(run).values())
     except (ProgramError, StackFileError, FileNotFoundError) as err:
         raise EmulationError(str(err)) from None
-    return job_from_objects(list(manifests(run).values()), stack, kind, work_dir, python=python, hub_dir=hub_dir)
+    if kind is None:
+        raise EmulationError(f"stack {stack} renders no TrainJob")
+    return job_from_objects(objs, stack, kind, work_dir, python=python or default_python(kind), hub_dir=hub_dir)
 
 
 def write_configmap(cm: dict, items: list[dict] | None, local: str) -> None:

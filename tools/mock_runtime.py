@@ -35,6 +35,7 @@ from pulumi.runtime.sync_await import _sync_await
 
 from config import aws_facts
 from config.stack_file import StackFileError, load_stack_file
+from tools import stack_refs
 
 ACCOUNT = "123456789012"
 UNKNOWN = rpc.UNKNOWN
@@ -121,8 +122,9 @@ def _short_id(*parts: str) -> str:
 class PlanMocks(pmocks.Mocks):
     """Outputs for each resource type, and answers to provider functions."""
 
-    def __init__(self, region: str, caller_arn: str | None = None, ssm_parameters: dict[str, str] | None = None):
+    def __init__(self, region: str, caller_arn: str | None = None, ssm_parameters: dict[str, str] | None = None, stack_outputs: dict[str, dict] | None = None):
         self.region = region
+        self.stack_outputs = dict(stack_outputs or {})  # fully qualified stack name -> its outputs (StackReference)
         self.known_region = aws_facts.is_region(region)
         self.partition = aws_facts.partition(region) if self.known_region else None
         self.ssm_parameters = dict(ssm_parameters or {})  # what an earlier deploy left in SSM
@@ -178,6 +180,11 @@ class PlanMocks(pmocks.Mocks):
     def new_resource(self, args: pmocks.MockResourceArgs):
         inputs = dict(args.inputs)
         typ, name = args.typ, args.name
+        if typ == "pulumi:pulumi:StackReference":  # the referenced stack's outputs as rendered offline (run_program)
+            ref = inputs.get("name") or args.resource_id or name
+            if ref not in self.stack_outputs:
+                raise ValueError(f"stack reference {ref!r}: no such stack rendered offline (a stack of a project in this repository, as <organization>/<project>/<stack>)")
+            return ref, {"name": ref, "outputs": self.stack_outputs[ref], "secretOutputNames": []}
         rid = f"{name}-{_short_id(typ, name)}"
         prefixes = {
             "aws:ec2/vpc:Vpc": "vpc-",
@@ -335,6 +342,16 @@ class RecordingMonitor(pmocks.MockMonitor):
         obj = _sync_await(rpc.serialize_properties(state, {}))
         return resource_pb2.RegisterResourceResponse(urn=urn, id=rid, object=obj)
 
+    def ReadResource(self, request):
+        """A resource read (a ``StackReference``), recorded like a registration."""
+        urn = self.make_urn(request.parent, request.type, request.name)
+        raw = _decode(json_format.MessageToDict(request.properties, preserving_proto_field_name=True))
+        args = pmocks.MockResourceArgs(typ=request.type, name=request.name, inputs=_plain(raw, mask=False), provider=request.provider, resource_id=request.id)
+        rid, state = self.mocks.new_resource(args)
+        self.registrations.append(Registration(urn, request.type, request.name, request.parent or None, True, _plain(raw, mask=True), list(request.dependencies), request.provider or None, state, rid or ""))
+        self.resources[urn] = pmocks.MockMonitor.ResourceRegistration(urn, rid or "", state)
+        return resource_pb2.ReadResourceResponse(urn=urn, properties=_sync_await(rpc.serialize_properties(state, {})))
+
     def _materialize_children(self, parent_urn: str, value: Any) -> Any:
         if isinstance(value, _ChildResource):
             urn = self.make_urn(parent_urn, value.type, value.name)
@@ -408,27 +425,42 @@ def _config_map(project: str, project_file: dict, stack_file: dict) -> tuple[dic
     return as_strings, []
 
 
-def run_program(project_dir: str, stack: str, stack_config: dict | None = None, main: str | None = None, caller_arn: str | None = None, ssm_parameters: dict[str, str] | None = None) -> ProgramRun:
-    """Run ``__main__.py`` of the project for ``stack`` under mocks; return what it registered.
-
-    ``stack_config`` replaces ``Pulumi.<stack>.yaml`` (tests use it for other configurations);
-    ``caller_arn`` is the identity ``aws.getCallerIdentity`` answers with (the deployer);
-    ``ssm_parameters`` are the SSM parameters that exist already (an earlier deploy's).
-    A stack file that is not valid (see :func:`config.stack_file.load_stack_file`) raises
-    :class:`~config.stack_file.StackFileError` before anything runs; errors raised by the
-    program (bad config and a region the facts table does not know included) become :class:`ProgramError`.
-    """
+def _project_file(project_dir: str) -> tuple[str, dict]:
     import yaml
 
     with open(os.path.join(project_dir, "Pulumi.yaml")) as fh:
         project_file = yaml.safe_load(fh)
-    project = project_file["name"]
+    return project_file["name"], project_file
+
+
+def stack_config_of(project_dir: str, stack: str) -> dict[str, str]:
+    """The config a stack's program gets (project defaults, then the stack file), as strings."""
+    project, project_file = _project_file(project_dir)
+    return _config_map(project, project_file, load_stack_file(os.path.join(project_dir, f"Pulumi.{stack}.yaml"), project=project))[0]
+
+
+def run_program(project_dir: str, stack: str, stack_config: dict | None = None, main: str | None = None, caller_arn: str | None = None, ssm_parameters: dict[str, str] | None = None,
+                stack_outputs: dict[str, dict] | None = None) -> ProgramRun:
+    """Run ``__main__.py`` of the project for ``stack`` under mocks; return what it registered.
+
+    ``stack_config`` replaces ``Pulumi.<stack>.yaml`` (tests use it for other configurations);
+    ``caller_arn`` is the identity ``aws.getCallerIdentity`` answers with (the deployer);
+    ``ssm_parameters`` are the SSM parameters that exist already (an earlier deploy's);
+    ``stack_outputs``: fully qualified stack name -> the outputs a StackReference to it reads (default:
+    the stacks of this repository the config names, rendered first: tools/stack_refs.py).
+    A stack file that is not valid (see :func:`config.stack_file.load_stack_file`) raises
+    :class:`~config.stack_file.StackFileError` before anything runs; errors raised by the
+    program (bad config and a region the facts table does not know included) become :class:`ProgramError`.
+    """
+    project, project_file = _project_file(project_dir)
     if stack_config is None:  # a bad or missing file is a StackFileError (StackFileMissing is a FileNotFoundError)
         stack_config = load_stack_file(os.path.join(project_dir, f"Pulumi.{stack}.yaml"), project=project)
     config, secret_keys = _config_map(project, project_file, stack_config)
     region = config.get("aws:region", "us-west-2")
+    if stack_outputs is None:  # rendered before this program starts: the mock runtime is process-global
+        stack_outputs = {name: run_program(d, s).outputs for name, (d, s) in stack_refs.referenced_stacks(config).items()}
 
-    monitor = RecordingMonitor(PlanMocks(region, caller_arn, ssm_parameters))
+    monitor = RecordingMonitor(PlanMocks(region, caller_arn, ssm_parameters, stack_outputs))
     psettings.ROOT.set(None)
     pulumi.runtime.set_all_config(config, secret_keys)
     pmocks.set_mocks(monitor.mocks, project=project, stack=stack, preview=False, monitor=monitor)

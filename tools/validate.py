@@ -195,19 +195,23 @@ def kubernetes_version_of(manifests: pathlib.Path) -> str:
     return versions.DEFAULT_KUBERNETES_VERSION
 
 
-def validate_dir(manifests: pathlib.Path, trainer_version: str, previous: pathlib.Path | None = None, *, echo=print) -> tuple[list[dict], list[str]]:
+def validate_dir(manifests: pathlib.Path, trainer_version: str, previous: pathlib.Path | None = None, *, echo=print, platform: pathlib.Path | None = None) -> tuple[list[dict], list[str]]:
     """(objects, problems) for a rendered manifests directory, judged by a bare API server started
-    for it and stopped after."""
+    for it and stopped after. ``platform``: a TrainJob stack's platform render (its namespaces,
+    policies and runtimes), stored first as the cluster the run is applied to."""
     from tools.cluster import bare
 
     objects = load_dir(manifests)
-    minor = kubernetes_version_of(manifests)
+    around = load_dir(platform) if platform is not None else []
+    minor = kubernetes_version_of(platform if platform is not None else manifests)
     shared = bare.running(trainer_version, minor)  # one started in this process (the tests'), reset after
     judge = shared or bare.Judge(kubernetes_version=minor, trainer_version=trainer_version, echo=echo).start()
     try:
         problems: list[str] = []
         replaced: dict = {}
         old_by_key: dict = {}
+        if around:
+            problems += [f"platform render: {p}" for p in judge.install(around)]
         if previous is not None:
             old = load_dir(previous)
             problems += [f"previous render: {p}" for p in judge.install(old)]
@@ -227,7 +231,7 @@ def validate_dir(manifests: pathlib.Path, trainer_version: str, previous: pathli
                 problems += judge.validate(obj, replaced=is_replaced(obj))
     finally:
         judge.reset() if shared else judge.stop()
-    problems += runtime_ref_problems(objects)
+    problems += runtime_ref_problems(objects + [o for o in around if o.get("kind") == "ClusterTrainingRuntime"])
     return objects, problems
 
 
@@ -236,14 +240,15 @@ def main(argv=None) -> int:
     ap.add_argument("manifests")
     ap.add_argument("--trainer", choices=sorted(versions.TRAINER_VERSIONS), help="Trainer version whose CRDs apply (default: the one the render deploys)")
     ap.add_argument("--previous", metavar="DIR", help="an earlier render's manifests: judge every object as the update from it")
+    ap.add_argument("--platform", metavar="DIR", help="a TrainJob stack's platform render (out/workloads/<run>/platform/manifests): stored first; the Trainer version and minor are its")
     args = ap.parse_args(argv)
-    for d in filter(None, (args.manifests, args.previous)):
+    for d in filter(None, (args.manifests, args.previous, args.platform)):
         if not pathlib.Path(d).is_dir():
             print(f"validate: {d} is not a directory", file=sys.stderr)
             return 2
     trainer = args.trainer
     if trainer is None:
-        trainer, why = trainer_version_of(pathlib.Path(args.manifests))
+        trainer, why = trainer_version_of(pathlib.Path(args.platform or args.manifests))
         if trainer is None:
             trainer = versions.DEFAULT_TRAINER_VERSION
             print(f"validate: note: {why}; validating against Trainer {trainer} (the default; --trainer to choose)")
@@ -256,7 +261,7 @@ def main(argv=None) -> int:
 
     started = time.perf_counter()
     try:
-        objects, problems = validate_dir(pathlib.Path(args.manifests), trainer, pathlib.Path(args.previous) if args.previous else None)
+        objects, problems = validate_dir(pathlib.Path(args.manifests), trainer, pathlib.Path(args.previous) if args.previous else None, platform=pathlib.Path(args.platform) if args.platform else None)
     except (BuildError, ProcessError, ApiError, UpError) as err:
         print(f"validate: the API server could not be started: {' '.join(str(err).split())}", file=sys.stderr)
         return 2

@@ -23,11 +23,12 @@ from typing import Any
 import versions
 from config import catalog
 from config.schema import problems_of, repaired_section, validate_section
-from config.settings import AZ_RE, DNS_LABEL_RE, KUEUE_INCOMPATIBLE_TRAINERS, TF_RUNTIME, TORCH_RUNTIME, EfaSettings, JobBase, Settings, TrainerSettings, TrainJobsSettings
+from config.settings import AZ_RE, DNS_LABEL_RE, KUEUE_INCOMPATIBLE_TRAINERS, TF_RUNTIME, TORCH_RUNTIME, JobBase, TrainerSettings
 from manifests import trainer_api
 from manifests import trainjobs as tj
+from manifests.job_platform import JobPlatform
 from manifests.kueue import PRIORITIES
-from manifests.runtimes import BUILDERS, FAMILY_LABEL, GRACE_LABEL, RUNTIME_LABEL
+from manifests.runtimes import BUILDERS, FAMILY_LABEL, GRACE_LABEL, RUNTIME_LABEL, variant_key
 from manifests.tenants import LOCAL_QUEUE
 from trainctl import secrets
 from trainctl.code import CodeBundle, object_problems
@@ -237,31 +238,35 @@ def default_name(req: Request, bundle: CodeBundle) -> str:
     return f"{base[: NAME_MAX - 7].rstrip('-')}-{digest}"
 
 
-def settings_for(req: Request) -> Settings:
-    """The few settings the builders read: the Trainer version, the namespace and, for a job in
-    the EFA pool, that pool's type and zone. No stack config is read (a client has none)."""
-    efa = EfaSettings(enabled=True, availability_zone=req.efa_zone, instance_types=list(req.efa_types) or [req.instance_type]) if req.efa_zone else EfaSettings()
-    trainer = TrainerSettings(version=req.trainer_version)
-    return Settings.model_construct(stack="trainctl", trainer=trainer, trainjobs=TrainJobsSettings(namespace=req.namespace), efa=efa)
+def platform_for(req: Request) -> JobPlatform:
+    """The facts of the platform the job goes to, as trainctl knows them (the cluster's published
+    facts, applied by :func:`with_facts`, and the flags): the Trainer version, the namespace, the
+    runtime, the queue and, for a job in the EFA pool, that pool's types and zone. The builders take
+    these (manifests/job_platform.py); no stack config is read (a client has none)."""
+    trainer = TrainerSettings(version=req.trainer_version)  # the platform's defaults: the runtime's name and grace period
+    family = RUNTIMES[req.runtime]
+    key = variant_key(family, req.grace_seconds, trainer)
+    # the name the platform gives this runtime (its grace variant with --grace-seconds) with the default settings (manifests/runtimes.py)
+    name = req.runtime_name or BUILDERS[family](trainer, req.grace_seconds)["metadata"]["name"]
+    return JobPlatform(
+        trainer_version=req.trainer_version, namespace=req.namespace, runtime_names={key: name}, default_grace=trainer.termination_grace_seconds,
+        efa_zone=req.efa_zone, efa_types=(tuple(req.efa_types) or (req.instance_type,)) if req.efa_zone else (),
+        # Kueue cannot run jobs on Trainer v2.1.0 (config/settings.py KUEUE_INCOMPATIBLE_TRAINERS): no queue label there
+        queue=req.queue if req.trainer_version not in KUEUE_INCOMPATIBLE_TRAINERS else None,
+    )
 
 
 def build(req: Request, bundle: CodeBundle) -> tuple[dict, dict]:
     """(ConfigMap, TrainJob) for a checked request."""
     check(req)
     bundle = with_launcher(bundle)
-    settings = settings_for(req)
+    platform = platform_for(req)
     workload = tj.Workload(
         key=TRAINCTL_KIND, kind=TRAINCTL_KIND, name=req.name or default_name(req, bundle), program="", runtime=RUNTIMES[req.runtime], settings=JobBase, tiny_profile=(),
     )
     job = JobBase(enabled=True, num_nodes=req.nodes, instance_type=req.instance_type, gpus_per_node=req.gpus_per_node, image=req.image, termination_grace_seconds=req.grace_seconds)
-    # the name the platform gives this runtime (its grace variant with --grace-seconds) with the default settings (manifests/runtimes.py)
-    runtime_name = req.runtime_name or BUILDERS[workload.runtime](settings.trainer, req.grace_seconds)["metadata"]["name"]
-    configmap = tj.code_configmap(req.namespace, bundle.files)
-    # Kueue cannot run jobs on Trainer v2.1.0 (config/settings.py KUEUE_INCOMPATIBLE_TRAINERS): no queue label there
-    queue = req.queue if req.trainer_version not in KUEUE_INCOMPATIBLE_TRAINERS else None
-    trainjob = tj.trainjob(
-        workload, job, settings, code_configmap=configmap["metadata"]["name"], runtime_name=runtime_name, queue=queue, entry=entry(req, bundle), priority=req.priority,
-        image=req.image if req.image is not None else tj.RUNTIME_IMAGE,
+    configmap, trainjob = tj.run_objects(
+        workload, job, platform, files=bundle.files, entry=entry(req, bundle), priority=req.priority, image=req.image if req.image is not None else tj.RUNTIME_IMAGE,
     )
     items = bundle.items
     if items:

@@ -87,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--stack", action="append", help="a stack whose components to build (repeatable)")
         else:
             p.add_argument("--stack", default="dev")
+        if name == "up":
+            p.add_argument("--project", choices=("", "workloads"), default="", help="workloads: --stack is a TrainJob stack, applied after its platform stack (tools/cluster/run_up.py)")
         p.add_argument("--out", default="out")
         if name == "build":
             p.add_argument("--all", action="store_true")
@@ -94,6 +96,11 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.cmd == "up":
         def run() -> str:
+            if args.project:
+                from tools.cluster.run_up import up_run
+
+                applied = up_run(args.stack, out=args.out)
+                return summary(applied.platform) + f"\nTrainJob stack {args.stack}: created {', '.join(applied.created) or 'nothing'}" + "".join(f"\nPROBLEM {p}" for p in applied.outcome.problems)
             result = up(args.stack, out=args.out)
             return summary(result)
         message, code = wrap_errors(run)

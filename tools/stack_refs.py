@@ -1,0 +1,40 @@
+"""Which stacks a stack's config references, among this repository's Pulumi projects.
+
+A TrainJob stack (``workloads/``) names its platform stack as ``<organization>/<project>/<stack>``,
+the name its ``pulumi.StackReference`` reads. Offline (tools/mock_runtime.py), that stack is
+rendered first and the reference answers with its outputs as rendered.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+REPO_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STACK_REF_RE = re.compile(r"^[A-Za-z0-9_.-]+/([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+)$", re.ASCII)
+
+
+def projects() -> dict[str, str]:
+    """Pulumi project name -> its directory, for the projects of this repository (the platform at
+    the top, the TrainJob stacks in workloads/)."""
+    import yaml
+
+    found = {}
+    for d in (REPO_DIR, os.path.join(REPO_DIR, "workloads")):
+        path = os.path.join(d, "Pulumi.yaml")
+        if os.path.exists(path):
+            with open(path) as fh:
+                found[yaml.safe_load(fh)["name"]] = d
+    return found
+
+
+def referenced_stacks(config: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """The stacks of this repository's projects that a stack's config names as
+    ``<organization>/<project>/<stack>`` (a StackReference's name): name -> (project dir, stack)."""
+    known = projects()
+    out = {}
+    for value in config.values():
+        m = STACK_REF_RE.fullmatch(value.strip()) if isinstance(value, str) else None
+        if m and m.group(1) in known:
+            out[value.strip()] = (known[m.group(1)], m.group(2))
+    return out
