@@ -372,6 +372,8 @@ def trainjob(
     }
     dropped = trainer_api.dropped_by_kueue(manifest) if queue else []
     if dropped:  # a builder change that Kueue's admission would undo (manifests/trainer_api.py KUEUE_DROPPED_FIELDS)
+        raise ValueError(f"TrainJob {workload.name}: Kueue's Trainer {trainer_api.KUEUE_TRAINER_TYPES} types drop {', '.join(dropped)} at admission; put it in the runtime")
+    return manifest
 
 
 def run_image(job: JobBase, platform_image: Any, copy: Callable[[str], Any] | None) -> Any:
@@ -398,5 +400,3 @@ def run_objects(
         workload, job, platform, code_configmap=configmap["metadata"]["name"], image=image, runtime_name=runtime_name, queue=platform.queue, entry=entry, priority=priority,
     )
     return configmap, manifest
-        raise ValueError(f"TrainJob {workload.name}: Kueue's Trainer {trainer_api.KUEUE_TRAINER_TYPES} types drop {', '.join(dropped)} at admission; put it in the runtime")
-    return manifest
