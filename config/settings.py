@@ -455,8 +455,6 @@ def _lifecycle_rules(s: Settings) -> Iterator[ConfigError]:
             yield ConfigError("smokeChecks.instanceType", check_type, "not allowed by the gpu-pool; allowed: " + ", ".join(sorted(pool)))
 
 
-
-
 def job_lifecycle_problems(key: str, job: JobBase, trainer_version: str) -> Iterator[ConfigError]:
     """A field the job sets that the Trainer release's TrainJob lacks."""
     if trainer_version in DEADLINE_INCOMPATIBLE_TRAINERS and job.active_deadline_seconds is not None:
@@ -465,6 +463,8 @@ def job_lifecycle_problems(key: str, job: JobBase, trainer_version: str) -> Iter
             f"Trainer {trainer_version}'s TrainJob has no activeDeadlineSeconds (it came with v2.2.0); allowed: unset, or trainer.version v2.3.0 "
             "(on v2.1.0 stop a runaway job by hand: docs/runbook.md, 'Runaway jobs')",
         )
+
+
 def job_runtime(kind: str) -> str:
     """The ClusterTrainingRuntime (base name) the job of config key ``kind`` runs on (its settings
     class says: ``RUNTIME``)."""
