@@ -42,15 +42,27 @@ def test_preview_runs_for_existing_stacks_with_policy_and_oidc():
     doc = load(PROJECT / ".github" / "workflows" / "preview.yml")
     assert "pull_request" in doc["on"]
     assert doc["permissions"]["id-token"] == "write"
-    stacks = [row["stack"] for row in doc["jobs"]["preview"]["strategy"]["matrix"]["include"]]
-    assert stacks
-    for stack in stacks:
-        assert (PROJECT / f"Pulumi.{stack}.yaml").exists(), stack
+    rows = doc["jobs"]["preview"]["strategy"]["matrix"]["include"]
+    assert rows
+    for row in rows:  # a TrainJob stack's file is in its project's directory (work-dir), its platform's at the top
+        assert (PROJECT / row.get("work-dir", ".") / f"Pulumi.{row['stack']}.yaml").exists(), row
+        assert (PROJECT / row.get("work-dir", ".") / "Pulumi.yaml").exists() and (PROJECT / f"Pulumi.{row.get('platform', row['stack'])}.yaml").exists(), row
     pulumi = [s for s in steps(doc) if s.get("uses", "").startswith("pulumi/actions@")][0]
-    assert pulumi["with"]["command"] == "preview" and pulumi["with"]["policyPacks"] == "policy"
+    assert pulumi["with"]["command"] == "preview" and pulumi["with"]["policyPacks"] == "${{ github.workspace }}/policy"
+    assert pulumi["with"]["work-dir"] == "${{ matrix.work-dir || '.' }}"
     assert pulumi["with"]["comment-on-pr"] is True
     aws = [s for s in steps(doc) if s.get("uses", "").startswith("aws-actions/configure-aws-credentials@")][0]
     assert "role-to-assume" in aws["with"] and "aws-access-key-id" not in aws["with"]
+
+
+def test_a_trainjob_stack_is_previewed():
+    """``pulumi preview`` of a TrainJob stack (workloads/), on the platform stack it references."""
+    rows = load(PROJECT / ".github" / "workflows" / "preview.yml")["jobs"]["preview"]["strategy"]["matrix"]["include"]
+    runs = [r for r in rows if r.get("work-dir") == "workloads"]
+    assert runs
+    for row in runs:
+        config = yaml.safe_load((PROJECT / "workloads" / f"Pulumi.{row['stack']}.yaml").read_text())["config"]
+        assert config["training-platform-workloads:platform"].endswith(f"/training-platform/{row['platform']}")
 
 
 def test_deploy_is_opt_in_for_dev_on_main():
@@ -102,6 +114,7 @@ def test_reachability_is_checked_before_pulumi_runs(workflow, job):
     variables, _ = _runner_variables(spec)
     run = names[check]
     if "strategy" in spec:
-        assert "--runner-variable \"${{ matrix.runner }}\"" in run and "--stack \"${{ matrix.stack }}\"" in run
+        # a TrainJob stack's cluster is its platform's
+        assert "--runner-variable \"${{ matrix.runner }}\"" in run and "--stack \"${{ matrix.platform || matrix.stack }}\"" in run
     else:
         assert f"--runner-variable {variables[0]}" in run and "--stack dev" in run
