@@ -422,8 +422,11 @@ def trainer_chart_values(trainer: TrainerSettings) -> dict:
     """The chart's own runtimes stay off (ours are declared); TrainJob progress is on where the
     release has it; v2.1.0's JobSet image is pinned to its release registry because the staging
     image it shipped with no longer resolves."""
-    values: dict[str, Any] = {"runtimes": {"defaultEnabled": False}}
     version = trainer.version
+    # only v2.3.0's chart installs runtimes of its own (its templated runtimes and their hook Job);
+    # v2.1.0's chart has no `runtimes` key (its values.yaml), and the chart refuses unknown keys
+    # (tools/cluster/charts.py renders it with these values on the local control plane)
+    values: dict[str, Any] = {} if version == "v2.1.0" else {"runtimes": {"defaultEnabled": False}}
     if trainer_api.status_server_on(trainer):  # TrainJob progress from the programs (trainer.progressInStatus)
         values["manager"] = {"config": {"featureGates": {trainer_api.STATUS_FEATURE_GATE: True}}}
     if version == "v2.1.0":

@@ -9,7 +9,7 @@ from config.schema import ConfigError
 from config.settings import TrainerSettings, load_settings
 from incluster.tf_config import from_env, tf_config, worker_hosts
 from manifests import runtimes as rt
-from tests.conftest import dev_config, objects, run_config
+from tests.conftest import dev_config, objects, run_config, run_stack
 from tools import validate as v
 
 VERSIONS = ["v2.1.0", "v2.3.0"]
@@ -89,7 +89,9 @@ def test_trainer_release_in_plan_and_runtimes_depend_on_it():
     rel = [r for r in run.by_type("kubernetes:helm.sh/v3:Release") if r.inputs["name"] == "kubeflow-trainer"][0]
     assert rel.inputs["chart"] == "oci://ghcr.io/kubeflow/charts/kubeflow-trainer"
     assert rel.inputs["version"] == "2.1.0"
-    assert rel.inputs["values"]["runtimes"]["defaultEnabled"] is False
+    assert "runtimes" not in rel.inputs["values"]  # v2.1.0's chart has no runtimes of its own, nor the key
+    v23 = [r for r in run_stack("dev").by_type("kubernetes:helm.sh/v3:Release") if r.inputs["name"] == "kubeflow-trainer"][0]
+    assert v23.inputs["values"]["runtimes"]["defaultEnabled"] is False
     assert rel.inputs["values"]["jobset"]["image"] == {"repository": "registry.k8s.io/jobset/jobset", "tag": "v0.10.1"}
     assert rel.inputs["skipAwait"] is False
     for r in run.by_type("kubernetes:trainer.kubeflow.org/v1alpha1:ClusterTrainingRuntime"):
