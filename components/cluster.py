@@ -41,6 +41,8 @@ GPU nodes follow by themselves, after the control plane:
 
 from __future__ import annotations
 
+import json
+
 import pulumi
 import pulumi_aws as aws
 import pulumi_eks as eks
@@ -68,6 +70,16 @@ NODE_POLICIES = {
 # custom resources or RBAC objects, and no write verb at all.
 CLUSTER_ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
 VIEW_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSViewPolicy"
+
+
+def coredns_configuration(auto_mode: bool) -> dict:
+    """The CoreDNS add-on's configuration values (its schema's ``affinity``): in Auto Mode, on the
+    managed node groups only (not ``eks.amazonaws.com/compute-type: auto`` nodes), Linux amd64/arm64
+    as its default affinity asks."""
+    terms = [{"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}, {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64", "arm64"]}]
+    if auto_mode:
+        terms.append({"key": "eks.amazonaws.com/compute-type", "operator": "NotIn", "values": ["auto"]})
+    return {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": terms}]}}}}
 
 
 class Cluster(pulumi.ComponentResource):
@@ -173,16 +185,19 @@ class Cluster(pulumi.ComponentResource):
         return creator
 
     def _create_coredns(self, name: str) -> None:
-        """CoreDNS as a managed add-on once nodes exist to run it (not in Auto Mode, which runs
-        cluster DNS itself). Version pinned per Kubernetes version in ``versions.py``."""
-        self.coredns = None
-        if self._s.gpu_pool.mode == "auto":
-            return
+        """CoreDNS as a managed add-on once nodes exist to run it. Version pinned per Kubernetes
+        version in ``versions.py``. In Auto Mode too: Auto Mode's DNS serves its own nodes (a
+        node-local service), while pods on the managed node groups (the initializers, the
+        controllers' clients) resolve through the kube-dns Service, which needs CoreDNS there
+        (EKS User Guide, "Automate cluster infrastructure with EKS Auto Mode", DNS on
+        non-Auto-Mode nodes; awsdocs/amazon-eks-user-guide#1149); it is kept off Auto Mode's nodes."""
+        auto = self._s.gpu_pool.mode == "auto"
         self.coredns = aws.eks.Addon(
             f"{name}-coredns",
             cluster_name=self.eks_cluster.eks_cluster.name,
             addon_name="coredns",
             addon_version=versions.COREDNS_ADDON_VERSIONS[self._s.cluster.version],
+            configuration_values=json.dumps(coredns_configuration(auto)) if auto else None,
             resolve_conflicts_on_create="OVERWRITE",  # take over the self-managed CoreDNS EKS installed
             resolve_conflicts_on_update="OVERWRITE",
             tags=self._tags,

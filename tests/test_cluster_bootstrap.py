@@ -11,6 +11,8 @@ any node group (pulumi-eks #1819).
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from components.cluster import admin_access_entries, iam_principal_of
@@ -47,10 +49,23 @@ def test_coredns_version_follows_the_cluster_version(version, expected):
     assert addon.inputs["addonVersion"] == expected
 
 
-def test_auto_mode_keeps_its_built_in_dns():
+def test_auto_mode_gets_coredns_for_its_managed_node_groups_only():
+    """Auto Mode's DNS serves its own nodes; pods on the managed node groups need CoreDNS, kept off
+    Auto Mode's nodes; a karpenter-mode stack's CoreDNS keeps the add-on's default placement."""
+    from components.cluster import coredns_configuration
+    from manifests.scheduling import affinity_misses
+
     run = run_config(dev_config(gpuPool={"mode": "auto"}))
     assert _cluster_inputs(run)["corednsAddonOptions"]["enabled"] is False
-    assert not [r for r in run.by_type("aws:eks/addon:Addon") if r.inputs["addonName"] == "coredns"]
+    addon = [r for r in run.by_type("aws:eks/addon:Addon") if r.inputs["addonName"] == "coredns"]
+    assert len(addon) == 1 and set(r.urn for r in run.by_type("eks:index:ManagedNodeGroup")) <= set(addon[0].depends_on)
+    affinity = json.loads(addon[0].inputs["configurationValues"])["affinity"]
+    assert affinity == coredns_configuration(True)["affinity"]
+    node_group = {"kubernetes.io/os": "linux", "kubernetes.io/arch": "arm64", "eks.amazonaws.com/nodegroup": "arm"}
+    auto_node = {"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", "eks.amazonaws.com/compute-type": "auto"}
+    assert affinity_misses(affinity, node_group) is None and affinity_misses(affinity, auto_node)
+    karpenter = [r for r in run_stack("dev").by_type("aws:eks/addon:Addon") if r.inputs["addonName"] == "coredns"][0]
+    assert not karpenter.inputs.get("configurationValues")
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
