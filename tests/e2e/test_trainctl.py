@@ -85,3 +85,38 @@ def test_an_unreachable_cluster_is_one_line(dev, capsys, tmp_path):
     assert rc != 0
     assert len(err.strip().splitlines()) == 1, err
     assert "Traceback" not in err
+
+
+def test_a_secret_in_the_command_creates_nothing_and_is_not_printed(dev, capsys, tmp_path):
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    token = "hf_" + "Q7w8E9r0T1y2U3i4O5p6A7s8"
+    client = dev.client()
+    def made() -> set[tuple[str, str]]:  # what a submit creates: a code ConfigMap and a TrainJob (controllers make other objects meanwhile)
+        cms = {("ConfigMap", o["metadata"]["name"]) for o in client.list("v1", "ConfigMap", NS) if o["metadata"]["name"].startswith("training-code-")}
+        return cms | {("TrainJob", o["metadata"]["name"]) for o in client.list("trainer.kubeflow.org/v1alpha1", "TrainJob", NS)}
+
+    before = made()
+    rc, out, err = trainctl(capsys, dev, "submit", "-n", NS, "--nodes", "1", "--name", "e2e-secret", str(tmp_path), "--", "python", "train.py", "--hf-token", token)
+    assert rc == 2 and out == "" and err.count("\n") == 1 and "looks like a secret" in err, err
+    assert token not in err
+    assert made() == before
+
+
+def test_the_api_server_stores_what_trainctl_counts_as_storable_and_refuses_the_rest(dev):
+    """A code ConfigMap of 52,000 one-byte files: trainctl counts it over etcd's 1.5 MiB and the
+    real API server (its etcd at the default request limit) refuses it; 45,000 fit both."""
+    from manifests import trainjobs as tj
+    from tools.cluster.client import ApiError
+    from trainctl import code
+
+    client = dev.client()
+    many = tj.code_configmap(NS, {f"samples__sample_{i:06d}.txt": "x" for i in range(52_000)})
+    assert code.stored_size(many) > code.MAX_OBJECT_BYTES
+    with pytest.raises(ApiError) as refused:
+        client.create(many)
+    assert "request is too large" in str(refused.value), refused.value
+    assert client.get_or_none("v1", "ConfigMap", many["metadata"]["name"], NS) is None
+    fewer = tj.code_configmap(NS, {f"samples__sample_{i:06d}.txt": "x" for i in range(45_000)})
+    assert code.stored_size(fewer) <= code.MAX_OBJECT_BYTES
+    client.create(fewer)
+    client.request("DELETE", client.path("v1", "ConfigMap", fewer["metadata"]["name"], NS))
