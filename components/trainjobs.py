@@ -133,7 +133,7 @@ class TrainJobRun(pulumi.ComponentResource):
         super().__init__("training-platform:workloads:TrainJobRun", name, None, opts)
         workload = dataclasses.replace(tj.WORKLOADS[key], name=trainjob_name)
         image = tj.run_image(job, platform.image, lambda ref: platform.image_copies[ref])  # job_platform.run_problems refuses a missing copy
-        configmap, manifest = tj.run_objects(workload, job, platform, files=tj.code_files(), image=image)
+        configmap, manifest = tj.run_objects(workload, job, platform, files=tj.code_files(), image=image, code_prefix=f"{trainjob_name}-code")
         code = apply_manifest(configmap, pulumi.ResourceOptions(parent=self, provider=provider))
         # replaced on any change, the old job deleted first (as the platform's jobs: TrainJobs above)
         self.trainjob = apply_manifest(manifest, pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[code], replace_on_changes=["spec", "metadata.labels"], delete_before_replace=True))

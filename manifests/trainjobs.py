@@ -119,24 +119,28 @@ def code_hash(files: Mapping[str, str | bytes]) -> str:
     return h.hexdigest()
 
 
-def code_configmap_name(files: Mapping[str, str | bytes]) -> str:
+CODE_PREFIX = "training-code"
+
+
+def code_configmap_name(files: Mapping[str, str | bytes], prefix: str = CODE_PREFIX) -> str:
     """Content-addressed: a code change makes a new ConfigMap, so the TrainJob referencing it
-    changes and is replaced (the job rolls)."""
-    return f"training-code-{code_hash(files)[:10]}"
+    changes and is replaced (the job rolls). ``prefix``: a TrainJob stack's run has its own (its
+    ConfigMap is its own, ended with it)."""
+    return f"{prefix}-{code_hash(files)[:10]}"
 
 
 def namespace(name: str) -> dict:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": {"pod-security.kubernetes.io/enforce": "baseline", "pod-security.kubernetes.io/warn": "restricted"}}}
 
 
-def code_configmap(ns: str, files: Mapping[str, str | bytes]) -> dict:
+def code_configmap(ns: str, files: Mapping[str, str | bytes], prefix: str = CODE_PREFIX) -> dict:
     """Text files go into ``data``; files given as bytes (not UTF-8) into ``binaryData``, base64
     as the API carries it (the ConfigMap API: values with non-UTF-8 byte sequences must use
     BinaryData)."""
     cm: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": code_configmap_name(files), "namespace": ns, "annotations": {CODE_HASH_ANNOTATION: code_hash(files)}},
+        "metadata": {"name": code_configmap_name(files, prefix), "namespace": ns, "annotations": {CODE_HASH_ANNOTATION: code_hash(files)}},
         "immutable": True,
         "data": {k: v for k, v in files.items() if not isinstance(v, bytes)},
     }
@@ -389,13 +393,14 @@ def run_image(job: JobBase, platform_image: Any, copy: Callable[[str], Any] | No
 
 def run_objects(
     workload: Workload, job: JobBase, platform: JobPlatform, *, files: Mapping[str, str | bytes], image: Any = None, runtime_name: str | None = None, entry: dict[str, Any] | None = None,
-    priority: str | None = None,
+    priority: str | None = None, code_prefix: str = CODE_PREFIX,
 ) -> tuple[dict, dict]:
     """The one function that builds a run's objects, its code ConfigMap and its TrainJob, from the
     job model and the facts of the platform it runs on: the platform's ``trainjobs.<job>``
     (components/trainjobs.py), a TrainJob stack (workloads/__main__.py) and ``trainctl submit``
-    (trainctl/objects.py) all call it."""
-    configmap = code_configmap(platform.namespace, files)
+    (trainctl/objects.py) all call it. ``code_prefix``: the ConfigMap's name before its content hash
+    (a TrainJob stack's run: ``<its TrainJob>-code``, so it never shares the platform's)."""
+    configmap = code_configmap(platform.namespace, files, code_prefix)
     manifest = trainjob(
         workload, job, platform, code_configmap=configmap["metadata"]["name"], image=image, runtime_name=runtime_name, queue=platform.queue, entry=entry, priority=priority,
     )

@@ -85,9 +85,13 @@ def test_the_run_is_what_the_platform_toggle_renders_for_the_same_settings():
     run = _run("fsdp", {f"{RUN_PROJECT}:platform": DEV, f"{RUN_PROJECT}:fsdp": settings}, platform.outputs)
     ours = next(o for o in render.manifests(run).values() if o["kind"] == "TrainJob")
     assert ours["metadata"]["name"] == "fsdp-t5-fsdp"
-    assert json.loads(json.dumps(theirs).replace("fsdp-t5", "fsdp-t5-fsdp")) == ours
+    # its own code ConfigMap (ended with the run), with the platform's code
     code = next(o for o in render.manifests(run).values() if o["kind"] == "ConfigMap")
-    assert code == next(o for o in render.manifests(platform).values() if o["kind"] == "ConfigMap" and o["metadata"]["name"] == code["metadata"]["name"])
+    their_code = next(o for o in render.manifests(platform).values() if o["kind"] == "ConfigMap" and o["metadata"]["name"].startswith("training-code-"))
+    assert code["metadata"]["name"] == their_code["metadata"]["name"].replace("training-code-", "fsdp-t5-fsdp-code-")
+    assert {k: v for k, v in code.items() if k != "metadata"} == {k: v for k, v in their_code.items() if k != "metadata"}
+    renamed = json.dumps(theirs).replace("fsdp-t5", "fsdp-t5-fsdp").replace(their_code["metadata"]["name"], code["metadata"]["name"])
+    assert json.loads(renamed) == ours
 
 
 def _cfg(**job) -> dict:
@@ -148,7 +152,7 @@ def test_render_project_workloads_writes_the_run_and_its_platform_first(tmp_path
     assert render.main(["--project", "workloads", "--stack", "fsdp", "--out", str(tmp_path)]) == 0
     d = tmp_path / "workloads" / "fsdp"
     files = sorted(p.name for p in (d / "manifests").iterdir())
-    assert len(files) == 2 and files[0].startswith("configmap-training-training-code-") and files[1] == "trainjob-training-fsdp-t5-fsdp.yaml"
+    assert len(files) == 2 and files[0].startswith("configmap-training-fsdp-t5-fsdp-code-") and files[1] == "trainjob-training-fsdp-t5-fsdp.yaml"
     plan = json.loads((d / "plan.json").read_text())
     assert {r["type"] for r in plan["resources"]} == RUN_TYPES
     assert (d / "platform" / "plan.json").is_file() and (d / "platform" / "manifests" / "trainjob-training-fsdp-t5.yaml").is_file()

@@ -205,7 +205,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         from rich.console import Console
 
         console = Console(soft_wrap=True)
-        console.print(_table(f"TrainJob {report['name']}", ["FIELD", "VALUE"], [list(f) for f in fields]))
+        # progress as every listing shows it (trainctl/progress.py text), not its raw fields
+        console.print(_table(f"TrainJob {report['name']}", ["FIELD", "VALUE"], [[k, progress.text(v) if k == "progress" else v] for k, v in fields]))
         console.print(_table("nodes", ["STEP", "STATUS", "POD"], [[s["name"], s["status"], s["pod"]] for s in report["steps"]]))
     else:
         emit(report, args.output)
