@@ -48,6 +48,7 @@ from collections.abc import Sequence
 
 from manifests.gpu_objects import EFA_LABEL, POOL_LABEL
 from manifests.tenants import QUEUE_LABEL, TEAM_LABEL, team_group
+from manifests.trainjobs import CODE_PREFIX
 
 POLICY_NAME = "training-platform-team-trainjobs"
 ALLOWED_VOLUMES = ("configMap", "persistentVolumeClaim", "emptyDir", "downwardAPI")
@@ -205,8 +206,8 @@ def trainjob_policy_binding() -> dict:
 
 
 CONFIGMAP_POLICY_NAME = "training-platform-team-configmaps"
-CODE_CONFIGMAP_PREFIX = "training-code-"
-"""How code ConfigMaps are named (``manifests/trainjobs.py`` code_configmap_name; trainctl's too)."""
+CODE_CONFIGMAP_PREFIX = f"{CODE_PREFIX}-"
+"""How trainctl's code ConfigMaps are named (``manifests/trainjobs.py`` code_configmap_name)."""
 
 
 def configmap_policy() -> dict:
