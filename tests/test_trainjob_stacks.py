@@ -162,3 +162,16 @@ def test_trainctl_builds_from_the_job_model_without_a_stand_in_settings():
     source = "\n".join(p.read_text() for p in pathlib.Path(PROJECT / "trainctl").rglob("*.py"))
     assert "model_construct" not in source
     assert "run_objects(" in (PROJECT / "trainctl" / "objects.py").read_text()
+
+
+def test_a_trainer_without_a_field_the_run_sets_and_a_platform_without_an_image():
+    doc = copy.deepcopy(run_stack("dev").outputs["jobPlatform"])
+    doc.update(trainerVersion="v2.1.0", image=None)
+    platform = job_platform.from_document(doc, DEV)
+    run = load_run({"platform": DEV, "ddp": {"activeDeadlineSeconds": 7200}}, stack="nightly", base_names={k: w.name for k, w in tj.WORKLOADS.items()})
+    lines = [str(e) for e in job_platform.run_problems(run.path(), run.job, platform)]
+    assert len(lines) == 2, lines
+    assert any("ddp.activeDeadlineSeconds = 7200: Trainer v2.1.0's TrainJob has no activeDeadlineSeconds" in line for line in lines)
+    assert any("ddp.image = None" in line and "built no training image" in line for line in lines)
+    with pytest.raises(job_platform.DocumentError, match="exports no jobPlatform output"):
+        job_platform.from_document(None, DEV)

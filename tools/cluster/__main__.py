@@ -100,7 +100,9 @@ def main(argv: list[str] | None = None) -> int:
                 from tools.cluster.run_up import up_run
 
                 applied = up_run(args.stack, out=args.out)
-                return summary(applied.platform) + f"\nTrainJob stack {args.stack}: created {', '.join(applied.created) or 'nothing'}" + "".join(f"\nPROBLEM {p}" for p in applied.outcome.problems)
+                # the platform's summary when it was brought up now (a running one was applied before)
+                head = summary(applied.platform) + "\n" if applied.platform.plan.waves else f"local cluster {applied.platform.plan.stack}: running, {applied.platform.kubeconfig}\n"
+                return head + f"TrainJob stack {args.stack}: created {', '.join(applied.created) or 'nothing'}" + "".join(f"\nPROBLEM {p}" for p in applied.outcome.problems)
             result = up(args.stack, out=args.out)
             return summary(result)
         message, code = wrap_errors(run)
