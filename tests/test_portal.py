@@ -342,3 +342,46 @@ def test_the_image_is_pinned_and_its_requirements_agree_with_the_projects():
     for line in (ROOT / "portal/requirements.txt").read_text().splitlines():
         if "==" in line:
             assert pins[line.split("==")[0].lower()].split()[0] == line, line
+
+
+def test_a_client_leaving_a_live_log_stream_does_not_stop_the_portal():
+    """Closing a followed log that another thread is reading blocks until that read returns; the
+    portal hangs up off its event loop, so the next request is answered at once."""
+    import threading
+
+    from trainctl.portal.identity import Caller
+
+    blocked = threading.Event()
+
+    class FollowedLog:  # a live container's log: one line, then nothing for a long time
+        def stream(self, n):
+            yield b"first line\n"
+            blocked.wait(60)
+
+        def release_conn(self):
+            pass
+
+        def close(self):  # as urllib3's close does while another thread reads
+            blocked.wait(60)
+
+    class Kube:
+        def pod_log(self, pod, follow):
+            return FollowedLog()
+
+    pod = {"metadata": {"name": "j-node-0-0-x"}, "status": {"phase": "Running", "containerStatuses": [{"state": {"running": {"startedAt": "t"}}}]}}
+    tj = {"metadata": {"name": "j", "labels": {}}, "spec": {"trainer": {"numNodes": 1}}, "status": {"jobsStatus": [{"active": 1}]}}
+    cfg = client.Configuration()
+    cfg.host = "https://127.0.0.1:9"
+    app = create_app(cfg, Settings(mode="local", local_caller=Caller(name="me", namespace="vision")))
+    app.state.portal.worker_pod = lambda *a, **k: (Kube(), tj, pod)
+    try:
+        with TestClient(app) as c:
+            with c.stream("GET", "/api/trainjob/j/logs/stream", params={"worker": 0}) as r:
+                for line in r.iter_lines():
+                    if line == "data: first line":
+                        break
+            t0 = time.monotonic()
+            assert c.get("/healthz", timeout=10).status_code == 200
+            assert time.monotonic() - t0 < 5
+    finally:
+        blocked.set()

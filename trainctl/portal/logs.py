@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -119,7 +120,20 @@ async def stream(portal: Portal, caller: Caller, namespace: str, name: str, work
         stop.set()
         resp = holder.get("resp")
         if resp is not None:
-            try:
-                resp.close()  # unblocks the reader
-            except Exception:  # noqa: BLE001, S110
-                pass
+            # never on the event loop: closing a response another thread is reading blocks until that
+            # read returns (a followed log may send nothing for hours), which would stop every request
+            threading.Thread(target=_hang_up, args=(resp,), daemon=True, name=f"logs-close-{name}-{worker}").start()
+
+
+def _hang_up(resp: Any) -> None:
+    """End the reader's blocking read (shut the socket down), then close the response."""
+    sock = getattr(getattr(resp, "connection", None), "sock", None)
+    try:
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    try:
+        resp.close()
+    except Exception:  # noqa: BLE001, S110  (it is going away)
+        pass
