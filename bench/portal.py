@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -28,8 +29,9 @@ import httpx
 from bench.common import ROOT
 
 SERVE = r"""
-import json, sys
+import faulthandler, json, signal, sys
 sys.path.insert(0, {root!r})
+faulthandler.register(signal.SIGUSR1)  # the bench asks for the threads' stacks when the portal does not answer
 import uvicorn
 from kubernetes import client
 from trainctl.portal.__main__ import settings_of
@@ -100,18 +102,23 @@ def main(argv: list[str] | None = None) -> int:
         r = web.post("/api/trainjob/create", json={"namespace": "vision", "framework": "pytorch", "training_code": "print(1)\n", "name": "bench-logs", "config": {"num_nodes": 1, "gpu_per_node": 1}})
         r.raise_for_status()
         deadline = time.monotonic() + 600
-        while web.get("/api/trainjob/bench-logs/status", params={"namespace": "vision"}).json()["status"] != "Running":
+        while not _worker_running(web.get("/api/trainjob/bench-logs/status", params={"namespace": "vision"}).json()):
             if time.monotonic() > deadline:
                 raise SystemExit("bench-logs never ran")
             time.sleep(0.5)
         firsts = []
         for _ in range(args.runs):
             t0 = time.perf_counter()
-            with web.stream("GET", "/api/trainjob/bench-logs/logs/stream", params={"namespace": "vision", "worker": 0}) as s:
-                for line in s.iter_lines():
-                    if line.startswith("event: line"):
-                        firsts.append(time.perf_counter() - t0)
-                        break
+            try:
+                with web.stream("GET", "/api/trainjob/bench-logs/logs/stream", params={"namespace": "vision", "worker": 0}, timeout=30) as s:
+                    for line in s.iter_lines():
+                        if line.startswith("event: line"):
+                            firsts.append(time.perf_counter() - t0)
+                            break
+            except httpx.TimeoutException:
+                os.kill(proc.pid, signal.SIGUSR1)  # its threads' stacks, on its stderr
+                time.sleep(2)
+                raise
         # 20 concurrent streams held open
         stop = threading.Event()
         opened = []
@@ -147,8 +154,12 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.jobs):
             req = objects.Request(namespace="vision", nodes=1, command=["python", "train.py"], name=f"bench-{i:04d}", runtime_name=runtime, queue=None if args.no_kueue else objects.LOCAL_QUEUE)
             cm, tj = objects.build(req, collect(code_dir))
-            if i == 0:
-                client.CoreV1Api(admin).create_namespaced_config_map("vision", cm)
+            if i == 0:  # (the same code as bench-logs': its ConfigMap may be there)
+                try:
+                    client.CoreV1Api(admin).create_namespaced_config_map("vision", cm)
+                except client.ApiException as err:
+                    if err.status != 409:
+                        raise
             tj["spec"]["suspend"] = True
             custom.create_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", "vision", "trainjobs", tj)
         created_s = time.perf_counter() - t0
@@ -169,9 +180,16 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if proc is not None:
             proc.terminate()
-            proc.wait(timeout=10)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
         cluster.down(ph.STACK, out=out)
     return 0
+
+
+def _worker_running(status: dict) -> bool:
+    return status.get("status") == "Running" and any(w.get("phase") == "Running" for w in status.get("workers") or [])
 
 
 def _port() -> int:
