@@ -107,3 +107,28 @@ def test_device_plugin_charts_are_said_not_to_be_rendered():
     release = Release("nvidia-device-plugin", "kube-system", versions.NVIDIA_DEVICE_PLUGIN_CHART, versions.NVIDIA_DEVICE_PLUGIN_VERSION, False)
     assert charts.chart_source(release) is None
     assert "ships in no Go module" in charts.not_rendered_reason(release)
+
+
+def test_only_trainer_v2_1_0s_release_build_appends_its_tag_as_appversion():
+    got = {t: charts.chart_source(Release("kubeflow-trainer", "kubeflow-system", versions.TRAINER_CHART, pins["chart"], True)) for t, pins in versions.TRAINER_VERSIONS.items()}
+    assert {t: s.published_app_version for t, s in got.items() if s is not None} == {t: (t if t == "v2.1.0" else "") for t in versions.TRAINER_VERSIONS}
+
+
+def _module_chart(tmp_path, monkeypatch, meta: dict) -> charts.ChartSource:
+    d = tmp_path / "module" / "charts" / "ctl"
+    (d / "templates").mkdir(parents=True)
+    (d / "Chart.yaml").write_text("# the tag's file\n" + yaml.safe_dump(meta))
+    monkeypatch.setattr(charts.build, "module_dir", lambda module, version: tmp_path / "module")
+    return charts.ChartSource("example.com/ctl", "v1.0.0", "charts/ctl", "1.0.0", published_app_version="v1.0.0")
+
+
+def test_the_appversion_a_release_build_appends_is_in_the_assembled_chart(tmp_path, monkeypatch):
+    source = _module_chart(tmp_path, monkeypatch, {"apiVersion": "v2", "name": "ctl", "version": "1.0.0"})
+    out = charts.assemble(source, tmp_path / "out")
+    assert yaml.safe_load((out / "Chart.yaml").read_text()) == {"apiVersion": "v2", "name": "ctl", "version": "1.0.0", "appVersion": "v1.0.0"}
+
+
+def test_a_chart_that_already_has_the_appversion_its_release_build_appends_is_refused(tmp_path, monkeypatch):
+    source = _module_chart(tmp_path, monkeypatch, {"apiVersion": "v2", "name": "ctl", "version": "1.0.0", "appVersion": "1.0.0"})
+    with pytest.raises(charts.ChartError, match="already has appVersion 1.0.0"):
+        charts.assemble(source, tmp_path / "out")

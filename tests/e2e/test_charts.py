@@ -41,6 +41,10 @@ def test_each_shipped_stacks_values_are_known_to_its_charts_and_render(stack):
     rendered = charts.rendered(plan)  # ChartError: one line per unknown key or Helm's refusal
     assert {r.release.name for r in rendered} == {r.name for r in plan.releases} - set(charts.not_rendered(plan))
     assert all(r.manifests for r in rendered)
+    # the Trainer manager's image is the release's own (v2.1.0 tags it with the appVersion its release build adds)
+    trainer = next(r for r in rendered if r.release.name == "kubeflow-trainer")
+    images = [c["image"] for m in trainer.manifests if m["kind"] == "Deployment" for c in m["spec"]["template"]["spec"]["containers"] if c["name"] == "manager"]
+    assert images and all(i.endswith(":v" + trainer.source.chart_version) for i in images), images
 
 
 def _settled(what: str, judge, up, why) -> list[str]:

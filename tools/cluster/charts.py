@@ -17,6 +17,11 @@ version, and checks our values' keys against the chart first:
 * Karpenter's release build rewrites the chart's ``version``/``appVersion`` and image at publish
   (karpenter-provider-aws hack/release/common.sh ``publishHelmChart``, ``build``): the tag's
   ``Chart.yaml`` still names the previous release, the templates are the published ones.
+* Trainer v2.1.0's release build appends ``appVersion: <tag>`` to ``Chart.yaml`` before
+  ``helm package`` (kubeflow/trainer v2.1.0 .github/workflows/publish-helm-charts.yaml, "Update
+  appVersion in Chart.yaml"); the tag's ``Chart.yaml`` has none, and its ``trainer.image`` helper
+  tags the manager's image with ``.Chart.AppVersion``. v2.3.0's workflow adds none (its templates
+  tag images from ``.Chart.Version``): ``TRAINER_PUBLISHED_APP_VERSION``.
 
 Charts in no such module (the NVIDIA and EFA device plugins, dcgm-exporter, kube-prometheus-stack)
 are not rendered here: ``not_rendered`` says why.
@@ -42,6 +47,13 @@ VALUES_REF = re.compile(r"\.Values((?:\.[A-Za-z_][A-Za-z0-9_]*)+)")
 INDEX_REF = re.compile(r"index\s+\$?\.Values((?:\s+\"[^\"]+\")+)")
 
 
+# The Trainer releases whose chart publishing appends ``appVersion: <the release tag>`` to Chart.yaml:
+# v2.1.0 (kubeflow/trainer v2.1.0 .github/workflows/publish-helm-charts.yaml: APP_VERSION is
+# GITHUB_REF without refs/tags/, `echo "appVersion: ${APP_VERSION}" >> charts/kubeflow-trainer/Chart.yaml`);
+# v2.3.0's publish-helm-charts.yaml has no such step.
+TRAINER_PUBLISHED_APP_VERSION = frozenset({"v2.1.0"})
+
+
 class ChartError(Exception):
     """A chart that cannot be rendered with the stack's values: one line per problem."""
 
@@ -55,6 +67,7 @@ class ChartSource:
     path: str
     chart_version: str  # the version the release installs
     published_version_rewritten: bool = False  # Karpenter: the tag's Chart.yaml names the previous release
+    published_app_version: str = ""  # appended to Chart.yaml by the release build (Trainer v2.1.0: its tag)
     subcharts: tuple[ChartSource, ...] = ()
 
     @property
@@ -83,7 +96,8 @@ def chart_source(release: Release) -> ChartSource | None:
             raise ChartError(f"release {release.name}: Trainer chart {release.version} is not a pinned Trainer release ({', '.join(versions.TRAINER_VERSIONS)})")
         jobset = versions.TRAINER_VERSIONS[trainer]["jobset"]
         sub = ChartSource(versions.JOBSET_MODULE, jobset, "charts/jobset", jobset.removeprefix("v"))
-        return ChartSource(versions.TRAINER_MODULE, trainer, "charts/kubeflow-trainer", versions.TRAINER_VERSIONS[trainer]["chart"], subcharts=(sub,))
+        app_version = trainer if trainer in TRAINER_PUBLISHED_APP_VERSION else ""
+        return ChartSource(versions.TRAINER_MODULE, trainer, "charts/kubeflow-trainer", versions.TRAINER_VERSIONS[trainer]["chart"], published_app_version=app_version, subcharts=(sub,))
     if release.chart == versions.KUEUE_CHART:
         return ChartSource(versions.KUEUE_MODULE, "v" + versions.KUEUE_VERSION, "charts/kueue", versions.KUEUE_VERSION)
     if release.chart == versions.KARPENTER_CHART:
@@ -119,6 +133,12 @@ def assemble(source: ChartSource, dest: pathlib.Path) -> pathlib.Path:
         (out / "Chart.yaml").write_text(yaml.safe_dump(meta, sort_keys=False))
     elif str(meta.get("version")).removeprefix("v") != source.chart_version:
         raise ChartError(f"{source}: Chart.yaml says version {meta.get('version')}, the release installs {source.chart_version}")
+    if source.published_app_version:
+        if "appVersion" in meta:
+            raise ChartError(f"{source}: Chart.yaml already has appVersion {meta['appVersion']}, its release build appends one")
+        with open(out / "Chart.yaml", "a") as fh:  # as the release build does: a line at the end
+            fh.write(f"\nappVersion: {source.published_app_version}\n")
+        meta["appVersion"] = source.published_app_version
     wanted = {d["name"]: str(d.get("version", "")) for d in meta.get("dependencies") or []}
     for sub in source.subcharts:
         if sub.name not in wanted:
