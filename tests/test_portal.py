@@ -385,3 +385,26 @@ def test_a_client_leaving_a_live_log_stream_does_not_stop_the_portal():
             assert time.monotonic() - t0 < 5
     finally:
         blocked.set()
+
+
+def test_trainctl_ui_serves_as_the_kubeconfigs_identity_and_only_on_its_own_address(tmp_path):
+    import yaml
+
+    from trainctl import ui
+
+    kc = tmp_path / "kubeconfig"
+    kc.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:9", "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": "t", "as": "jane", "as-groups": ["training-platform:team:vision", "extra"]}}],
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u", "namespace": "vision"}}],
+    }))
+    app, url = ui.build(str(kc), None, None, 8799)
+    assert url == "http://127.0.0.1:8799/"
+    caller = app.state.settings.local_caller
+    assert (caller.namespace, caller.name) == ("vision", "jane")
+    assert caller.headers == {"Impersonate-User": ["jane"], "Impersonate-Group": ["training-platform:team:vision", "extra"]}
+    assert app.state.portal.kube(caller, "vision").headers == caller.headers  # every call carries them
+    # another Host (a page elsewhere pointing a name of its own at 127.0.0.1) is refused
+    assert TestClient(app, base_url="http://evil.example:8799").get("/api/whoami").status_code == 401
+    assert TestClient(app, base_url="http://127.0.0.1:8799").get("/api/whoami").json()["name"] == "jane"
