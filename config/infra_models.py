@@ -256,6 +256,11 @@ class CapacityReservationSelectorTerm(Section):
             yield ConfigError(path, to_raw(self), "allowed: exactly one of id (a reservation id) or tags (a map of tag name to value)")
         if self.tags is not None and not self.tags:
             yield ConfigError(f"{path}.tags", self.tags, "allowed: at least one tag")
+        # Karpenter v1.14.1's EC2NodeClass CRD: capacityReservationSelectorTerms[].tags has the rule
+        # `self.all(k, k != '' && self[k] != '')` ("empty tag keys or values aren't supported")
+        for k, v in (self.tags or {}).items():
+            if k == "" or v == "":
+                yield ConfigError(f"{path}.tags.{k}", v, "Karpenter's EC2NodeClass refuses empty tag keys and values; allowed: a non-empty tag name and value")
         if self.owner_id is not None and self.id is not None:
             yield ConfigError(f"{path}.ownerId", self.owner_id, "allowed only with tags (an id names one reservation already)")
 

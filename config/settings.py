@@ -19,7 +19,7 @@ from typing import Any, cast
 
 from pydantic import Field
 
-from config import aws_facts, catalog
+from config import aws_facts, catalog, effect_rules
 from config.checks import (  # noqa: F401
     _ARN_PRINCIPAL_RE,
     _CLUSTER_NAME_RE,
@@ -390,6 +390,8 @@ _RULES: list[tuple[tuple[str, ...], str | None, Callable[[Settings], Iterator[Co
     (("tenants", "portal"), None, lambda s: portal_rules(list(s.tenants.teams()), s.portal)),
     (("trainer", "trainjobs", "gpuPool", "smokeChecks"), None, lambda s: _lifecycle_rules(s)),
     (("trainjobs", "kueue"), None, lambda s: _start_time_rule(s)),
+    # keys that would do nothing, guards that would guard nothing, values that break jobs at run time
+    (("gpuPool", "trainer", "trainjobs", "tenants", "kueue", "observability"), None, effect_rules.all_problems),
 ]
 
 

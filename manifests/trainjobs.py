@@ -46,7 +46,8 @@ STALL_ENV = "TRAINING_STALL_TIMEOUT_S"  # the programs' hang watchdog (trainlib.
 
 
 def _stall_env(job: JobBase) -> list[dict]:
-    timeout = getattr(job, "stall_timeout_seconds", 0)
+    """The watchdog's limit, for the programs that have one (config: JobBase.STALL_WATCHDOG)."""
+    timeout = job.stall_timeout_seconds if type(job).STALL_WATCHDOG else 0
     return [{"name": STALL_ENV, "value": str(timeout)}] if timeout else []
 
 
@@ -82,21 +83,21 @@ WORKLOADS: dict[str, Workload] = {
     w.key: w
     for w in (
         Workload(
-            key="ddp", kind="ddp", name="ddp-mnist", program="ddp_mnist.py", runtime=DdpJobSettings.RUNTIME, settings=DdpJobSettings,
+            key="ddp", kind="ddp", name="ddp-mnist", program=DdpJobSettings.PROGRAM, runtime=DdpJobSettings.RUNTIME, settings=DdpJobSettings,
             tiny_profile=("--synthetic-samples", "512", "--batch-size", "16", *_TRAIN_TINY),
         ),
         Workload(
-            key="fsdp", kind="fsdp", name="fsdp-t5", program="fsdp_t5.py", runtime=FsdpJobSettings.RUNTIME, settings=FsdpJobSettings,
+            key="fsdp", kind="fsdp", name="fsdp-t5", program=FsdpJobSettings.PROGRAM, runtime=FsdpJobSettings.RUNTIME, settings=FsdpJobSettings,
             # the real data path: the dataset and model the (emulated) initializers wrote
             tiny_profile=("--source-len", "32", "--target-len", "16", "--batch-size", "4", *_TRAIN_TINY),
         ),
         Workload(
-            key="tf", kind="tf", name="tf-mnist", program="tf_mnist.py", runtime=TfJobSettings.RUNTIME, settings=TfJobSettings,
+            key="tf", kind="tf", name="tf-mnist", program=TfJobSettings.PROGRAM, runtime=TfJobSettings.RUNTIME, settings=TfJobSettings,
             tiny_profile=("--synthetic-samples", "512", "--batch-size", "16", *_TRAIN_TINY),
         ),
         # small messages and no pass mark: on CPU (gloo) the figure says nothing about a fabric
         Workload(
-            key="ncclCheck", kind="nccl-check", name="nccl-check", program="allreduce_check.py", runtime=NcclCheckSettings.RUNTIME, settings=NcclCheckSettings,
+            key="ncclCheck", kind="nccl-check", name="nccl-check", program=NcclCheckSettings.PROGRAM, runtime=NcclCheckSettings.RUNTIME, settings=NcclCheckSettings,
             tiny_profile=("--min-bytes", "4K", "--max-bytes", "1M", "--warmup", "2", "--iters", "5", "--min-busbw-gbps", "0"),
         ),
     )
@@ -281,10 +282,7 @@ def job_env(job: JobBase, platform: JobPlatform) -> list[dict]:
 def resources_per_node(job: JobBase, platform: JobPlatform) -> dict:
     info = catalog.lookup(job.instance_type)
     gpus = job_gpus_per_node(job)
-    share = gpus / info.gpus
-    # leave room for the kubelet, system reserve and daemonsets (device plugins, CNI)
-    cpu = max(1, int((info.vcpu - 2) * share * 0.9))
-    memory = max(2, int((info.memory_gib - 4) * share * 0.85))
+    cpu, memory = catalog.node_pod_request(info, gpus)
     limits: dict[str, Any] = {"nvidia.com/gpu": gpus}
     efa = efa_devices(job, platform)
     if efa:
