@@ -88,11 +88,13 @@ def test_an_unreachable_cluster_is_one_line(dev, capsys, tmp_path):
 
 
 def test_a_secret_in_the_command_creates_nothing_and_is_not_printed(dev, capsys, tmp_path):
+    from manifests import trainjobs as tj
+
     (tmp_path / "train.py").write_text("print('hi')\n")
     token = "hf_" + "Q7w8E9r0T1y2U3i4O5p6A7s8"
     client = dev.client()
     def made() -> set[tuple[str, str]]:  # what a submit creates: a code ConfigMap and a TrainJob (controllers make other objects meanwhile)
-        cms = {("ConfigMap", o["metadata"]["name"]) for o in client.list("v1", "ConfigMap", NS) if o["metadata"]["name"].startswith("training-code-")}
+        cms = {("ConfigMap", o["metadata"]["name"]) for o in client.list("v1", "ConfigMap", NS) if o["metadata"]["name"].startswith(tj.CODE_PREFIX + "-")}
         return cms | {("TrainJob", o["metadata"]["name"]) for o in client.list("trainer.kubeflow.org/v1alpha1", "TrainJob", NS)}
 
     before = made()
