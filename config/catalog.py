@@ -102,12 +102,3 @@ def node_pod_request(info: GpuInstance, gpus: int) -> tuple[int, int]:
     share = gpus / info.gpus
     return max(1, int((info.vcpu - 2) * share * 0.9)), max(2, int((info.memory_gib - 4) * share * 0.85))
 
-
-def cpu_cores(quantity: str) -> float:
-    """CPUs of a Kubernetes CPU quantity: ``2``, ``0.5``, ``1500m``, ``2k``."""
-    if quantity.endswith("m"):
-        return float(quantity[:-1]) / 1000
-    factors = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
-    if quantity[-1:] in factors:
-        return float(quantity[:-1]) * factors[quantity[-1]]
-    return float(quantity)

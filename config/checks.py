@@ -14,7 +14,9 @@ from config.schema import SchemaCheck
 # --- value checks (return the "allowed" text when the value is bad) -------------------------
 
 _INSTANCE_TYPE_RE = re.compile(r"^([a-z]+)(\d+)([a-z-]*)\.(nano|micro|small|medium|large|\d*xlarge|metal(-\d+xl)?)$", re.ASCII)
-_K8S_QUANTITY_RE = re.compile(r"^(\d+(\.\d+)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$", re.ASCII)
+# Kubernetes quantities (k8s.io/apimachinery resource.Quantity's grammar): an optionally signed
+# decimal ("4.", ".5", "+4"), then a binary SI, decimal SI or decimal-exponent suffix ("1e9", "129E6")
+_K8S_QUANTITY_RE = re.compile(r"^\+?(\d+(\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|[eE][+-]?\d+)?$", re.ASCII)
 _CLUSTER_NAME_RE = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$", re.ASCII)
 DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", re.ASCII)
 # EKS access entries take an IAM role or user (EKS API CreateAccessEntry, principalArn); a
@@ -122,12 +124,27 @@ def quantity_bytes(value: str) -> float:
     """Bytes of a Kubernetes quantity such as ``64Gi`` (one already checked by :func:`_quantity`)."""
     m = _K8S_QUANTITY_RE.fullmatch(value)
     assert m is not None
-    return float(m.group(1)) * _QUANTITY_FACTORS[m.group(3) or ""]
+    return float(m.group(1)) * suffix_factor(m.group(3) or "")
+
+
+def suffix_factor(suffix: str) -> float:
+    """The factor of a quantity's suffix: binary or decimal SI, or a decimal exponent (``e9``)."""
+    if suffix[:1] in ("e", "E"):
+        return 10.0 ** int(suffix[1:])
+    return float(_QUANTITY_FACTORS[suffix])
 
 
 # A CPU quantity: cores, decimal cores or millicores (Kubernetes "Resource units in Kubernetes": 0.5
 # and 500m are the same), optionally with a decimal SI suffix.
-_CPU_QUANTITY_RE = re.compile(r"^(\d+(\.\d+)?|\.\d+)(m|k|M|G|T|P|E)?$", re.ASCII)
+_CPU_QUANTITY_RE = re.compile(r"^\+?(\d+(\.\d*)?|\.\d+)(m|k|M|G|T|P|E|[eE][+-]?\d+)?$", re.ASCII)
+
+
+def cpu_cores(quantity: str) -> float:
+    """CPUs of a CPU quantity :func:`_cpu_quantity` accepted: ``2``, ``0.5``, ``1500m``, ``2k``, ``1e3``."""
+    m = _CPU_QUANTITY_RE.fullmatch(quantity)
+    assert m is not None
+    suffix = m.group(3) or ""
+    return float(m.group(1)) / 1000 if suffix == "m" else float(m.group(1)) * suffix_factor(suffix)
 
 
 def _cpu_quantity(value: str) -> str | None:

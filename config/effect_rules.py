@@ -17,12 +17,12 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from config import catalog
-from config.checks import quantity_bytes
-from config.infra_models import TORCH_RUNTIME, GpuPoolSettings, TrainerSettings
+from config.checks import cpu_cores, quantity_bytes
+from config.infra_models import TORCH_RUNTIME, ClusterSettings, EfaSettings, GpuPoolSettings, NetworkSettings, TrainerSettings
 from config.job_models import JobBase, TrainJobsSettings, system_namespaces
 from config.program_flags import argument_problems
-from config.schema import ConfigError, looks_secret
-from config.team_models import KueueSettings, ObservabilitySettings, TenantsSettings
+from config.schema import UNSHOWN, ConfigError, looks_secret
+from config.team_models import KueueSettings, ObservabilitySettings, SmokeChecksSettings, TenantsSettings
 
 
 class Settings(Protocol):
@@ -34,6 +34,10 @@ class Settings(Protocol):
     observability: ObservabilitySettings
     gpu_pool: GpuPoolSettings
     trainer: TrainerSettings
+    network: NetworkSettings
+    cluster: ClusterSettings
+    efa: EfaSettings
+    smoke_checks: SmokeChecksSettings
 
     @property
     def kueue_enabled(self) -> bool: ...
@@ -110,9 +114,13 @@ def observability_rules(s: Settings) -> Iterator[ConfigError]:
         yield ConfigError("observability.logRetentionDays", o.log_retention_days, f"observability.mode {mode} keeps no CloudWatch log groups; allowed: unset, or mode cloudwatch")
     a = o.alarms
     if mode == "none":
+        for key, camel in (("enabled", "enabled"), ("emails", "emails"), ("https_endpoints", "httpsEndpoints"), ("idle_gpu_percent", "idleGpuPercent"), ("idle_minutes", "idleMinutes")):
+            if _set(a, key) and (key != "enabled" or a.enabled):
+                yield ConfigError(f"observability.alarms.{camel}", getattr(a, key), "observability.mode none has no alarms; allowed: unset, or mode cloudwatch or prometheus")
+    elif not a.enabled:  # no topic, no alarms, no alert rules (__main__.py, components/prometheus.py)
         for key, camel in (("emails", "emails"), ("https_endpoints", "httpsEndpoints"), ("idle_gpu_percent", "idleGpuPercent"), ("idle_minutes", "idleMinutes")):
             if _set(a, key):
-                yield ConfigError(f"observability.alarms.{camel}", getattr(a, key), "observability.mode none has no alarms; allowed: unset, or mode cloudwatch or prometheus")
+                yield ConfigError(f"observability.alarms.{camel}", getattr(a, key), "observability.alarms.enabled is false, so this would do nothing; allowed: unset, or alarms.enabled true")
     elif mode == "prometheus":
         for key, camel in (("emails", "emails"), ("https_endpoints", "httpsEndpoints")):
             if getattr(a, key):
@@ -125,12 +133,20 @@ def observability_rules(s: Settings) -> Iterator[ConfigError]:
             "observability.alarms.idleMinutes", a.idle_minutes,
             f"the idle-GPU alarm averages {IDLE_ALARM_PERIOD_MINUTES}-minute periods, so this would act as {a.idle_minutes // IDLE_ALARM_PERIOD_MINUTES * IDLE_ALARM_PERIOD_MINUTES}; allowed: a multiple of {IDLE_ALARM_PERIOD_MINUTES}",
         )
-    for key, camel, fold in (("emails", "emails", str.lower), ("https_endpoints", "httpsEndpoints", str)):
+    for key, camel, fold in (("emails", "emails", str.lower), ("https_endpoints", "httpsEndpoints", _url_fold)):
         seen: set[str] = set()
         for i, value in enumerate(getattr(a, key)):
             if fold(value) in seen:
                 yield ConfigError(f"observability.alarms.{camel}[{i}]", value, "listed twice (one subscription each); allowed: each once")
             seen.add(fold(value))
+
+
+def _url_fold(url: str) -> str:
+    """A URL as the same endpoint compares: scheme and host case-insensitive (RFC 3986 6.2.2.1)."""
+    scheme, _, rest = url.partition("://")
+    authority, slash, path = rest.partition("/")
+    userinfo, at, host = authority.rpartition("@")
+    return f"{scheme.lower()}://{userinfo}{at}{host.lower()}{slash}{path}"
 
 
 def job_guard_rules(s: Settings) -> Iterator[ConfigError]:
@@ -151,6 +167,11 @@ def job_guard_problems(key: str, job: JobBase, start_s: int) -> Iterator[ConfigE
                 f"shorter than a healthy job's first rendezvous or a checkpoint save, which complete no step; allowed: 0 (off) or at least {SMALLEST_STALL_TIMEOUT}",
             )
     deadline = job.active_deadline_seconds
+    if job.enabled and deadline is not None and type(job).STALL_WATCHDOG and _set(job, "stall_timeout_seconds") and job.stall_timeout_seconds >= deadline:
+        yield ConfigError(
+            f"{key}.stallTimeoutSeconds", job.stall_timeout_seconds,
+            f"not shorter than the job's activeDeadlineSeconds ({deadline}), which ends the job first, so the hang guard could never act; allowed: 0 (off) or less than {deadline}",
+        )
     if job.enabled and deadline is not None and deadline < start_s:
         yield ConfigError(
             f"{key}.activeDeadlineSeconds", deadline,
@@ -179,7 +200,8 @@ def job_args_problems(path: str, job: JobBase) -> Iterator[ConfigError]:
         platform = {i for i, arg in enumerate(job.extra_args) if type(job).platform_flag_of(arg)}
         for i, problem in argument_problems(type(job).PROGRAM, list(job.extra_args)):
             if i not in platform and i not in secret:
-                yield ConfigError(f"{key}[{i}]", job.extra_args[i].partition("=")[0], problem)
+                flag = job.extra_args[i].partition("=")[0]
+                yield ConfigError(f"{key}[{i}]", flag if flag.startswith("--") else UNSHOWN, problem)  # a flag's name, never a value
 
 
 def runtime_rules(s: Settings) -> Iterator[ConfigError]:
@@ -188,6 +210,9 @@ def runtime_rules(s: Settings) -> Iterator[ConfigError]:
         yield ConfigError(
             "trainer.runtimes", s.trainer.runtimes, f"the teams submit to {TEAM_DEFAULT_RUNTIME} (trainctl's default runtime), which this list leaves out; allowed: a list with {TEAM_DEFAULT_RUNTIME}",
         )
+    ns = s.trainjobs.namespace
+    if ns.startswith(RESERVED_NAMESPACE_PREFIX) and ns not in system_namespaces():
+        yield ConfigError("trainjobs.namespace", ns, f"the {RESERVED_NAMESPACE_PREFIX} prefix is reserved for Kubernetes' own namespaces; allowed: a namespace of the platform's own such as training")
     for team, t in teams.items():
         ns = s.tenants.namespace_of(team)
         if ns.startswith(RESERVED_NAMESPACE_PREFIX) and ns not in system_namespaces():  # (those: settings._tenant_rules)
@@ -207,11 +232,27 @@ def quota_rules(s: Settings) -> Iterator[ConfigError]:
     for team, t in s.tenants.teams().items():
         if t.memory_quota and quantity_bytes(t.memory_quota) < memory_gib * 2**30:
             yield ConfigError(f"tenants.{team}.memoryQuota", t.memory_quota, f"below the {memory_gib}Gi one node's pod requests (the pool's smallest GPU node, one GPU), so no job of the team could start; allowed: at least {memory_gib}Gi")
-        if t.cpu_quota and catalog.cpu_cores(t.cpu_quota) < cpu:
+        if t.cpu_quota and cpu_cores(t.cpu_quota) < cpu:
             yield ConfigError(f"tenants.{team}.cpuQuota", t.cpu_quota, f"below the {cpu} CPUs one node's pod requests (the pool's smallest GPU node, one GPU), so no job of the team could start; allowed: at least {cpu}")
 
 
-RULES = (kueue_off_rules, storage_rules, observability_rules, job_guard_rules, extra_args_rules, runtime_rules, quota_rules)
+def unused_section_rules(s: Settings) -> Iterator[ConfigError]:
+    """Keys of a feature that is off, or of a path the stack does not take, do nothing."""
+    if not s.smoke_checks.enabled and _set(s.smoke_checks, "instance_type"):
+        yield ConfigError("smokeChecks.instanceType", s.smoke_checks.instance_type, "smokeChecks.enabled is false, so no check runs; allowed: unset, or smokeChecks.enabled true")
+    if not s.efa.enabled:
+        for key, camel in (("availability_zone", "availabilityZone"), ("instance_types", "instanceTypes")):
+            if _set(s.efa, key):
+                yield ConfigError(f"efa.{camel}", getattr(s.efa, key), "efa.enabled is false, so there is no EFA pool; allowed: unset, or efa.enabled true")
+    if not s.network.create_vpc:  # only a VPC the stack creates reads them (components/network.py)
+        for key, camel in (("cidr", "cidr"), ("az_count", "azCount"), ("nat_gateways", "natGateways"), ("flow_log_retention_days", "flowLogRetentionDays")):
+            if _set(s.network, key):
+                yield ConfigError(f"network.{camel}", getattr(s.network, key), "network.vpcId names an existing VPC, and this applies only to a VPC the stack creates; allowed: unset with vpcId")
+    if not s.cluster.endpoint_public_access and _set(s.cluster, "allow_public_access_from_anywhere") and s.cluster.allow_public_access_from_anywhere:
+        yield ConfigError("cluster.allowPublicAccessFromAnywhere", True, "cluster.endpointPublicAccess is false, so there is no public endpoint to open; allowed: unset, or endpointPublicAccess true")
+
+
+RULES = (unused_section_rules, kueue_off_rules, storage_rules, observability_rules, job_guard_rules, extra_args_rules, runtime_rules, quota_rules)
 
 
 def all_problems(s: Settings) -> Iterator[ConfigError]:

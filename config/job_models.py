@@ -11,7 +11,7 @@ import versions
 from config import catalog
 from config.checks import _DURATION_RE, _IN_CATALOG, AZ_RE, DNS_LABEL_RE, _pattern
 from config.infra_models import TF_RUNTIME, TORCH_HF_RUNTIME, TORCH_RUNTIME
-from config.namespaces import AGENT_NAMESPACE, KARPENTER_NAMESPACE, KUEUE_NAMESPACE, MONITORING_NAMESPACE, OPS_NAMESPACE, STORAGE_NAMESPACE, TRAINER_NAMESPACE
+from config.namespaces import AGENT_NAMESPACE, KARPENTER_NAMESPACE, KUEUE_NAMESPACE, MONITORING_NAMESPACE, OPS_NAMESPACE, PORTAL_NAMESPACE, STORAGE_NAMESPACE, TRAINER_NAMESPACE
 from config.schema import Bool, ConfigError, Float, Int, SchemaCheck, Section, camel, opt
 
 # --- training jobs ---------------------------------------------------------------------------
@@ -237,6 +237,7 @@ def system_namespaces() -> dict[str, str]:
     reserved[AGENT_NAMESPACE] = "the CloudWatch agent and Fluent Bit (observability add-on)"
     reserved[MONITORING_NAMESPACE] = "Prometheus, Grafana and dcgm-exporter (observability.mode prometheus)"
     reserved[OPS_NAMESPACE] = "the GPU smoke check and the finished-TrainJob cleanup"
+    reserved[PORTAL_NAMESPACE] = "the teams' portal (portal.enabled)"
     return reserved
 
 

@@ -25,7 +25,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
-from config.secrets import REDACTED, looks_secret, strings_in  # noqa: F401  (REDACTED, looks_secret: part of this module's interface)
+from config.secrets import REDACTED, UNSHOWN, looks_secret, strings_in  # noqa: F401  (REDACTED, looks_secret: part of this module's interface)
 
 PROJECT = "training-platform"
 
@@ -350,7 +350,9 @@ def _from_pydantic(cls: type[BaseModel], path: str, err: Any) -> ConfigError:
         return ConfigError(key + ctx.get("suffix", ""), ctx.get("value", value), ctx["allowed"])
     if kind == "extra_forbidden":
         parent = _model_at(cls, loc[:-1])
-        return ConfigError(key, value, unknown_key_hint(str(loc[-1]), keys_of(parent) if parent else []))
+        # a misspelt key's value is not judged, so it is not shown unless it is a plain number or boolean
+        shown = value if isinstance(value, bool | int | float) or value is None else UNSHOWN
+        return ConfigError(key, shown, unknown_key_hint(str(loc[-1]), keys_of(parent) if parent else []))
     if kind in ("model_type", "model_attributes_type"):
         model = _model_at(cls, loc)
         allowed = "expected an object with keys " + ", ".join(keys_of(model)) if model else "expected an object"

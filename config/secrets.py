@@ -12,12 +12,23 @@ from typing import Any
 _SECRET_KEY = re.compile(r"(token|secret|passw(or)?d|pwd|api[-_]?key|[-_]key|credentials?|private[-_]?key|auth)$", re.IGNORECASE)  # the name ends so
 _SECRET_VALUE = re.compile(
     r"\b(hf_[A-Za-z0-9]{16,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}|sk-[A-Za-z0-9_-]{20,}|A[KS]IA[0-9A-Z]{16}|[0-9a-f]{40})\b"
-    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----|://[^/\s@]*:[^/\s@]*@"
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----|://[^/\s@]+@|(^|[\s/])[^/\s@:]+:[^/\s@]+@(?!sha256:)"
+    r"|[?&;](?i:access_token|id_token|token|api[_-]?key|key|sig|signature|secret|password|x-amz-security-token|x-amz-signature|code)="
 )
 # Keys whose every value may hold a secret: webhook URLs carry their secret in the path (a chat's
 # incoming-webhook token), so they are never printed back.
 _SECRET_BEARING = re.compile(r"(^|\.)httpsEndpoints(\[\d+\])?$")
 REDACTED = "<redacted>"
+
+
+class _Unshown:
+    """A value an error line does not print (a misspelt key's: never judged, it may be anything)."""
+
+    def __repr__(self) -> str:
+        return "<not shown>"
+
+
+UNSHOWN = _Unshown()
 
 
 def looks_secret(key: str, value: Any) -> bool:

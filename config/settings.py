@@ -97,7 +97,7 @@ from config.job_models import (  # noqa: F401
     system_namespaces,
 )
 from config.portal_models import PortalSettings, portal_rules
-from config.schema import ConfigError, ConfigErrors, Section, problems_of, repaired_section, unknown_key_hint, validate_section
+from config.schema import UNSHOWN, ConfigError, ConfigErrors, Section, problems_of, repaired_section, unknown_key_hint, validate_section
 from config.team_models import DOWNLOAD_MIB_PER_S, LOG_RETENTION_DAYS, NODE_LAUNCH_MINUTES, KueueSettings, ObservabilitySettings, SmokeChecksSettings, TenantSettings, TenantsSettings, duration_seconds  # noqa: F401
 
 # --- the whole stack -------------------------------------------------------------------------
@@ -183,7 +183,8 @@ def load_settings(raw: Mapping[str, Any], *, stack: str, region: str) -> Setting
     facts_for = {None: True, "region": is_region, "zones": aws_facts.is_known_region(region or "")}
     for key in raw:
         if key not in SECTIONS:
-            errors.append(ConfigError(key, raw[key], unknown_key_hint(key, list(SECTIONS))))
+            value = raw[key] if isinstance(raw[key], bool | int | float) or raw[key] is None else UNSHOWN  # never judged: not shown
+            errors.append(ConfigError(key, value, unknown_key_hint(key, list(SECTIONS))))
     sections: dict[str, Section] = {}
     usable: set[str] = set()
     for key, cls in SECTIONS.items():
@@ -324,6 +325,13 @@ def job_efa_zone_problems(key: str, job: JobBase, efa_zone: str | None, efa_type
 KUEUE_INCOMPATIBLE_TRAINERS = ("v2.1.0",)
 
 
+def _principal_key(arn: str) -> tuple[str, str, str]:
+    """(account, role or user, name) of an IAM principal ARN, its path aside."""
+    parts = arn.split(":", 5)
+    resource = parts[5] if len(parts) == 6 else arn
+    return (parts[4] if len(parts) == 6 else "", resource.split("/", 1)[0], resource.rsplit("/", 1)[-1])
+
+
 def _tenant_rules(s: Settings) -> Iterator[ConfigError]:
     tenants = s.tenants.teams()
     version = s.trainer.version
@@ -342,9 +350,11 @@ def _tenant_rules(s: Settings) -> Iterator[ConfigError]:
         yield ConfigError("tenants", sorted(tenants), "teams are isolated by NetworkPolicy, which EKS Auto Mode's default NodeClass does not enforce; allowed: gpuPool.mode karpenter, or no tenants")
     reserved = system_namespaces()
     owner: dict[str, str] = {}
-    admins = set(s.cluster.admin_principal_arns)
+    # IAM names a role or user uniquely in its account whatever its path, and EKS matches the
+    # principal (config/infra_models.py _role_key): the admins' and the CI roles' entries count too
+    admins = {_principal_key(a) for a in [*s.cluster.admin_principal_arns, *filter(None, (s.cluster.ci.preview_role_arn, s.cluster.ci.deploy_role_arn))]}
     part = aws_facts.partition(s.region) if aws_facts.is_region(s.region) else None
-    principals: dict[str, str] = {}
+    principals: dict[tuple[str, str, str], str] = {}
     for team, t in tenants.items():
         ns = s.tenants.namespace_of(team)
         key = f"tenants.{team}.namespace" if t.namespace else f"tenants.{team}"
@@ -358,14 +368,14 @@ def _tenant_rules(s: Settings) -> Iterator[ConfigError]:
         owner.setdefault(ns, team)
         for i, arn in enumerate(t.principal_arns):
             pkey = f"tenants.{team}.principalArns[{i}]"
-            if arn in admins:
+            if _principal_key(arn) in admins:
                 # one access entry per principal and cluster: a cluster admin's entry already grants everything
-                yield ConfigError(pkey, arn, "already a cluster admin (cluster.adminPrincipalArns); allowed: a principal that is not (EKS allows one access entry per principal)")
-            elif arn in principals:
-                yield ConfigError(pkey, arn, f"already a principal of team {principals[arn]}; allowed: each principal in one team (EKS allows one access entry per principal)")
+                yield ConfigError(pkey, arn, "already a cluster admin or CI role (cluster.adminPrincipalArns, cluster.ci), path aside; allowed: a principal that is not (EKS allows one access entry per principal)")
+            elif _principal_key(arn) in principals:
+                yield ConfigError(pkey, arn, f"already a principal of team {principals[_principal_key(arn)]}, path aside; allowed: each principal in one team (EKS allows one access entry per principal)")
             elif part is not None and arn.split(":")[1] != part:
                 yield ConfigError(pkey, arn, f"allowed: an ARN of the region's partition ({s.region} is in {part}: arn:{part}:iam::...)")
-            principals.setdefault(arn, team)
+            principals.setdefault(_principal_key(arn), team)
     # Nominal quotas are guarantees: Kueue admits against quota, not against nodes, so quotas
     # above what a pool may launch (gpuPool.gpuLimit caps each NodePool) would admit jobs whose
     # pods wait for nodes that never come. Idle guaranteed GPUs are still lent (one cohort).
@@ -391,7 +401,7 @@ _RULES: list[tuple[tuple[str, ...], str | None, Callable[[Settings], Iterator[Co
     (("trainer", "trainjobs", "gpuPool", "smokeChecks"), None, lambda s: _lifecycle_rules(s)),
     (("trainjobs", "kueue"), None, lambda s: _start_time_rule(s)),
     # keys that would do nothing, guards that would guard nothing, values that break jobs at run time
-    (("gpuPool", "trainer", "trainjobs", "tenants", "kueue", "observability"), None, effect_rules.all_problems),
+    (("network", "cluster", "gpuPool", "efa", "smokeChecks", "trainer", "trainjobs", "tenants", "kueue", "observability"), None, effect_rules.all_problems),
 ]
 
 

@@ -105,7 +105,7 @@ def test_settings_are_frozen_and_jobs_share_one_model():
 def test_trainjobs_may_not_use_a_system_namespace(namespace, what):
     assert problems({"trainjobs": {"namespace": namespace}}) == [
         f"invalid config training-platform:trainjobs.namespace = '{namespace}': a system namespace ({what}); "
-        "allowed: a namespace of the platform's own such as training, not amazon-cloudwatch, default, kube-node-lease, kube-public, kube-system, kubeflow-system, kueue-system, monitoring, platform-ops, tenant-storage"
+        "allowed: a namespace of the platform's own such as training, not amazon-cloudwatch, default, kube-node-lease, kube-public, kube-system, kubeflow-system, kueue-system, monitoring, platform-ops, platform-portal, tenant-storage"
     ]
     assert load({"trainjobs": {"namespace": "research"}}).trainjobs.namespace == "research"
 
@@ -321,7 +321,7 @@ def test_byo_vpc_with_pinned_zones_must_name_the_subnets_zones():
     from config.settings import load_settings
     from tests.conftest import dev_config
 
-    byo = {"vpcId": "vpc-0abc12345def67890", "privateSubnetIds": ["subnet-0abc1234", "subnet-0def5678"], "azCount": 2}
+    byo = {"vpcId": "vpc-0abc12345def67890", "privateSubnetIds": ["subnet-0abc1234", "subnet-0def5678"]}  # (azCount: a new VPC's only)
     cfg = dev_config(network=byo, trainjobs={"fsdp": {"availabilityZone": "us-west-2b"}})
     cfg["training-platform:network"] = byo
     raw = {k.split(":", 1)[1]: v for k, v in cfg.items() if k.startswith("training-platform:")}

@@ -253,3 +253,52 @@ def test_progress_in_status_is_refused_by_a_real_deploy_and_warned_offline():
     assert [p.key for p in deploy_problems(s)] == ["trainer.progressInStatus"]
     assert deploy_problems(ok({})) == []
     assert REDACTED not in str(deploy_problems(s)[0])
+
+
+# --- round 4 review: other members of each class ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "key"),
+    [
+        ({"observability": {"alarms": {"enabled": False, "emails": ["oncall@example.com"]}}}, "observability.alarms.emails"),
+        ({"observability": {"alarms": {"enabled": False, "idleMinutes": 30}}}, "observability.alarms.idleMinutes"),
+        ({"observability": {"mode": "none", "alarms": {"enabled": True}}}, "observability.alarms.enabled"),
+        ({"smokeChecks": {"enabled": False, "instanceType": "g5.xlarge"}}, "smokeChecks.instanceType"),
+        ({"efa": {"availabilityZone": "us-west-2a"}}, "efa.availabilityZone"),
+        ({"efa": {"instanceTypes": ["p5.48xlarge"]}}, "efa.instanceTypes"),
+        ({"network": {"vpcId": "vpc-0123456789abcdef0", "privateSubnetIds": ["subnet-0123456789abcdef0", "subnet-0123456789abcdef1"], "natGateways": "perAz"}}, "network.natGateways"),
+        ({"cluster": {"allowPublicAccessFromAnywhere": True}}, "cluster.allowPublicAccessFromAnywhere"),
+        ({"trainjobs": {"ddp": {"enabled": True, "stallTimeoutSeconds": 86400, "activeDeadlineSeconds": 7200}}}, "trainjobs.ddp.stallTimeoutSeconds"),
+        ({"tenants": {"vision": {"gpuQuota": 1, "namespace": "platform-portal"}}}, "tenants.vision.namespace"),
+        ({"trainjobs": {"namespace": "kube-jobs"}}, "trainjobs.namespace"),
+        ({"cluster": {"adminPrincipalArns": ["arn:aws:iam::111111111111:role/ops/Admin"]}, "tenants": {"vision": {"gpuQuota": 1, "principalArns": ["arn:aws:iam::111111111111:role/Admin"]}}}, "tenants.vision.principalArns[0]"),
+        ({"tenants": {"a": {"gpuQuota": 1, "principalArns": ["arn:aws:iam::111111111111:role/x/R"]}, "b": {"gpuQuota": 1, "principalArns": ["arn:aws:iam::111111111111:role/R"]}}}, "tenants.b.principalArns[0]"),
+        ({"observability": {"alarms": {"httpsEndpoints": ["https://Pager.example.com/a", "https://pager.example.com/a"]}}}, "observability.alarms.httpsEndpoints[1]"),
+    ],
+)
+def test_more_members_of_each_class_are_refused(raw, key):
+    assert key in problems(raw).keys
+
+
+@pytest.mark.parametrize(
+    "tenant",
+    [{"cpuQuota": "1e3"}, {"cpuQuota": "+4"}, {"cpuQuota": "4."}, {"cpuQuota": "1E3"}, {"memoryQuota": "129e6"}, {"memoryQuota": "1e9"}, {"memoryQuota": "1.5Gi"}],
+)
+def test_valid_quantities_are_taken(tenant):
+    ok({"tenants": {"vision": {"gpuQuota": 1, **tenant}}})
+
+
+@pytest.mark.parametrize(
+    ("raw", "secret"),
+    [
+        ({"observability": {"alarms": {"httpsEndpoint": ["https://hooks.example.com/services/T0/B0/Sup3rS3cretPw"]}}}, "Sup3rS3cretPw"),  # a misspelt key
+        ({"wandb": {"key2": "Sup3rS3cretPw"}}, "Sup3rS3cretPw"),  # an unknown section
+        ({"trainjobs": {"ddp": {"enabled": True, "extraArgs": ["Sup3rS3cretPw"]}}}, "Sup3rS3cretPw"),  # a positional argument
+        ({"cluster": {"adminPrincipalArns": ["arn:aws:sts::111111111111:assumed-role/x/y?X-Amz-Security-Token=Sup3rS3cretPw"]}}, "Sup3rS3cretPw"),
+        ({"trainjobs": {"fsdp": {"enabled": True, "model": "hf://Sup3rS3cretPw@x/y"}}}, "Sup3rS3cretPw"),
+        ({"trainjobs": {"ddp": {"enabled": True, "image": "ops:Sup3rS3cretPw@registry/org/img:1"}}}, "Sup3rS3cretPw"),
+    ],
+)
+def test_no_refusal_prints_a_value_that_may_hold_a_secret(raw, secret):
+    assert secret not in str(problems(raw))
