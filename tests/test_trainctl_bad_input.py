@@ -203,3 +203,17 @@ def test_a_request_lists_every_problem_without_raising():
     req = objects.Request(namespace="Bad_NS", nodes=1, command=[], priority="x", trainer_version="v2.1.0")
     found = objects.problems(req)
     assert any("--namespace" in p for p in found) and any("--priority 'x'" in p for p in found) and any("no command" in p for p in found)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["python", "t.py", "--pass", "hunter2x"],
+        ["python", "t.py", "--key", "abcdefgh1234"],
+        ["curl", "--header", "Authorization: Bearer abcdefghijkl123"],
+        ["sh", "-c", 'curl -H "Authorization: Basic dXNlcjpwYXNzd29yZA==" https://x'],
+    ],
+)
+def test_more_credential_shapes_in_a_command_are_refused(argv):
+    found = secrets.command_problems(argv)
+    assert len(found) == 1 and argv[-1] not in found[0] and "abcdefgh" not in found[0] and "hunter2x" not in found[0]

@@ -21,12 +21,14 @@ import re
 from config.schema import looks_secret
 
 # a flag or variable name that says its value is a credential (its last word: ...token, ...secret, ...)
-_NAME = re.compile(r"(token|secret|passw(or)?d|pwd|api[-_]?key|access[-_]?key|secret[-_]?key|private[-_]?key|auth[-_]?key|wandb[-_]?key|credentials?)$", re.IGNORECASE)
+_NAME = re.compile(r"(^|[-_])(token|secret|pass|passw(or)?d|pwd|key|api[-_]?key|access[-_]?key|secret[-_]?key|private[-_]?key|auth[-_]?key|wandb[-_]?key|credentials?)$", re.IGNORECASE)
+# an HTTP Authorization value anywhere in an argument (a header flag, or a shell line running curl)
+_AUTH_HEADER = re.compile(r"\b(Bearer|Basic|Token)\s+[A-Za-z0-9_\-.~+/=:]{8,}", re.IGNORECASE)
 _FLAG = re.compile(r"^--?([A-Za-z][A-Za-z0-9_-]*)$")
 _ASSIGN = re.compile(r"^(--?)?([A-Za-z_][A-Za-z0-9_.-]*)=(.*)$", re.DOTALL)
 _ENV_REF = re.compile(r"^\$(\{[A-Za-z_][A-Za-z0-9_]*\}|\([A-Za-z_][A-Za-z0-9_]*\)|[A-Za-z_][A-Za-z0-9_]*)$")
 _TOKENISH = re.compile(r"^[A-Za-z0-9_\-.~+/=:]{8,}$")  # what a key or token given on a command line looks like
-_PASSWORD_NAME = re.compile(r"(passw(or)?d|pwd)$", re.IGNORECASE)  # any value of these is one (short ones too)
+_PASSWORD_NAME = re.compile(r"(^|[-_])(pass|passw(or)?d|pwd)$", re.IGNORECASE)  # any value of these is one (short ones too)
 _URL_PASSWORD = re.compile(r"://[^/\s@:]*:[^/\s@]+@")
 _GIT_SHA = re.compile(r"^[0-9a-f]{40}$")
 _REVISION = re.compile(r"(revision|commit|sha|hash|ref)$", re.IGNORECASE)
@@ -46,7 +48,7 @@ def _literal(value: str, name: str) -> bool:
 
 
 def _shaped(value: str, flag: str | None) -> bool:
-    if _URL_PASSWORD.search(value):
+    if _URL_PASSWORD.search(value) or _AUTH_HEADER.search(value):
         return True
     if not looks_secret("", value):
         return False
