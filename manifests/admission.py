@@ -26,8 +26,24 @@ refused by the CRD schema anyway):
 * no privileged, privilege-escalating or capability-adding containers, no root user, no sysctls,
   and no service account but the namespace's default;
 * volume mounts: no ``subPathExpr`` and no ``subPath`` that is absolute or climbs (``..``);
+* env: no ``NVIDIA_*`` variable in any container or init container (nor in ``spec.trainer.env``):
+  the device plugin hands a container its GPUs as ``NVIDIA_VISIBLE_DEVICES`` (its default device
+  list strategy ``envvar``) and the NVIDIA container toolkit also honours that variable from an
+  unprivileged container's own env by default, so ``NVIDIA_VISIBLE_DEVICES=all`` with 0 or 1 GPU
+  requested would expose every GPU of the node, outside the team's quota;
+* no ``schedulingGates`` (a gated pod holds its admitted quota while it never schedules; Kueue's
+  own gates are Kueue's), no ``imagePullSecrets`` (the nodes pull the platform's images), no
+  ``terminationGracePeriodSeconds`` (a job's grace period is its runtime variant's, and Kueue's
+  Trainer types drop the field anyway: ``manifests/trainer_api.py`` KUEUE_DROPPED_FIELDS);
 * labels and annotations of the JobSet, its Jobs and pods: none in the domains of the controllers
   that queue, place or fence the job (Kueue, JobSet, the Trainer, Karpenter, Kubernetes, the platform).
+
+The initializer jobs (``dataset-initializer``, ``model-initializer``) run on the system nodes
+(``manifests/runtimes.py``: node role ``system``), so a patch or override naming them may carry pod
+metadata only (what the platform's builders emit: the content-key annotation), never a pod spec
+(env, volumes, mounts, init containers: team code or settings on the system nodes); and
+``spec.initializer.{dataset,model}.env`` only the variables the platform sets
+(:data:`INITIALIZER_ENV`).
 
 And of the TrainJob itself (:func:`trainjob_checks`): no owner (Kueue neither queues nor suspends a
 job whose controller owner is a job it manages: kueue v0.19.2 ``pkg/controller/jobframework``
@@ -47,7 +63,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from manifests.gpu_objects import EFA_LABEL, POOL_LABEL
+from manifests.runtimes import INITIALIZED_KEY_ENV
 from manifests.tenants import QUEUE_LABEL, TEAM_LABEL, team_group
+from manifests.trainer_api import DATASET_INITIALIZER, MODEL_INITIALIZER
 from manifests.trainjobs import CODE_PREFIX
 
 POLICY_NAME = "training-platform-team-trainjobs"
@@ -70,6 +88,19 @@ TRAINER_MANAGER = "trainer.kubeflow.org/trainjob-controller"
 # pkg/controller/jobs/trainjob/trainjob_webhook.go Default: manager runtimePatchManagerName,
 # trainingRuntimeSpec.template.spec {}); Kueue fills it with the flavor's node labels when it admits.
 KUEUE_PATCH_MANAGER_PREFIX = KUEUE_PREFIX
+# Env a team may not set: the NVIDIA container toolkit's. NVIDIA/k8s-device-plugin (v0.20.0, the
+# chart we pin): --device-list-strategy defaults to "envvar", the GPUs given to a container as its
+# NVIDIA_VISIBLE_DEVICES; NVIDIA/nvidia-container-toolkit internal/config/config.go
+# (accept-nvidia-visible-devices-envvar-when-unprivileged, default true): the runtime hook then
+# also reads the variable from an unprivileged container's own env, so a team's
+# NVIDIA_VISIBLE_DEVICES=all would get every GPU of the node. The whole NVIDIA_ prefix (driver
+# capabilities, MIG config, require/disable-require) is the toolkit's; CUDA_VISIBLE_DEVICES only
+# narrows what a process sees of its own devices and stays allowed.
+NVIDIA_ENV_PREFIX = "NVIDIA_"
+# The replicated jobs of the runtimes that run on the system nodes (manifests/runtimes.py)
+SYSTEM_NODE_JOBS = (DATASET_INITIALIZER, MODEL_INITIALIZER)
+# What the platform's own builder sets in spec.initializer.*.env (manifests/trainjobs.py initializer)
+INITIALIZER_ENV = (INITIALIZED_KEY_ENV,)
 
 
 def _cel_list(values) -> str:
@@ -86,6 +117,7 @@ def _pod_checks(gpu_pools: Sequence[str], instance_types: Sequence[str]) -> list
     selector = "ps.?nodeSelector.orValue({})"
     secure = "!c.?securityContext.?privileged.orValue(false) && !c.?securityContext.?allowPrivilegeEscalation.orValue(false) && c.?securityContext.?capabilities.?add.orValue([]).size() == 0 && c.?securityContext.?runAsUser.orValue(1) != 0"
     mounts = "c.?volumeMounts.orValue([]).all(m, !m.?subPathExpr.hasValue() && !m.?subPath.orValue('').startsWith('/') && !m.?subPath.orValue('').matches('(^|/)[.][.](/|$)'))"
+    no_nvidia = f"c.?env.orValue([]).all(e, !e.name.startsWith('{NVIDIA_ENV_PREFIX}'))"
     return [
         (f"ps.?volumes.orValue([]).all(v, {volume_kinds})",
          f"volumes: a team's job may mount only {', '.join(ALLOWED_VOLUMES)} volumes (no hostPath, NFS or other storage outside the team's claims)"),
@@ -109,6 +141,14 @@ def _pod_checks(gpu_pools: Sequence[str], instance_types: Sequence[str]) -> list
          "serviceAccountName: a team's job runs as the namespace's default service account"),
         (_containers_all(mounts),
          "containers[].volumeMounts[].subPath: a team's job may not use subPathExpr or a subPath that is absolute or climbs with '..' (a claim holds only the team's own directory)"),
+        (_containers_all(no_nvidia),
+         f"containers[].env: a team's job may not set {NVIDIA_ENV_PREFIX}* variables in its containers or initContainers (NVIDIA_VISIBLE_DEVICES=all would expose every GPU of the node, beyond the GPUs it requests)"),
+        ("!ps.?schedulingGates.hasValue()",
+         "schedulingGates: a team's job may not gate its pods (a gated pod holds the quota it was admitted with and never runs)"),
+        ("!ps.?imagePullSecrets.hasValue()",
+         "imagePullSecrets: a team's job pulls with the nodes' own credentials, no pull secrets"),
+        ("!ps.?terminationGracePeriodSeconds.hasValue()",
+         "terminationGracePeriodSeconds: a team's job takes its grace period from its runtime variant, not a patch"),
     ]
 
 
@@ -120,6 +160,12 @@ def _reserved_keys_free(meta: str) -> str:
 METADATA_WHY = (
     "metadata: a team's job may not set labels or annotations of the controllers that queue, place or fence it "
     "(kueue.x-k8s.io, jobset.sigs.k8s.io, trainer.kubeflow.org, karpenter.sh, kubernetes.io, k8s.io, training-platform/)"
+)
+
+
+SYSTEM_JOBS_WHY = (
+    f"the {' and '.join(SYSTEM_NODE_JOBS)} jobs run on the system nodes; a team's patch for them may set pod labels and annotations only "
+    "(no env, volumes, volumeMounts, containers or initContainers)"
 )
 
 
@@ -138,6 +184,15 @@ def trainjob_checks(*, queue: str | None, priorities: Sequence[str]) -> list[tup
         (f"{kueue_patches}.size() <= 1 && {kueue_patches}.all(p, !p.?trainingRuntimeSpec.?template.?spec.?replicatedJobs.hasValue() && !p.?trainingRuntimeSpec.?template.?metadata.hasValue())",
          f"spec.runtimePatches[].manager: a patch whose manager is {KUEUE_PATCH_MANAGER_PREFIX}... is Kueue's own (empty until Kueue admits the job), not the team's"),
     ]
+    for kind in ("dataset", "model"):
+        checks.append((
+            f"object.spec.?initializer.?{kind}.?env.orValue([]).all(e, e.name in {_cel_list(INITIALIZER_ENV)})",
+            f"spec.initializer.{kind}.env: the initializers run on the system nodes; a team's job may set only {', '.join(INITIALIZER_ENV)} there",
+        ))
+    checks.append((
+        f"object.spec.?trainer.?env.orValue([]).all(e, !e.name.startsWith('{NVIDIA_ENV_PREFIX}'))",
+        f"spec.trainer.env: a team's job may not set {NVIDIA_ENV_PREFIX}* variables (NVIDIA_VISIBLE_DEVICES=all would expose every GPU of the node, beyond the GPUs it requests)",
+    ))
     if queue is not None:
         checks += [
             (f"'{QUEUE_LABEL}' in {labels} && {labels}['{QUEUE_LABEL}'] == '{queue}'",
@@ -171,6 +226,17 @@ def trainjob_policy(gpu_pools: Sequence[str], *, instance_types: Sequence[str], 
             "reason": "Forbidden",
         })
     jobs = "p.?trainingRuntimeSpec.?template.?spec.?replicatedJobs.orValue([])"
+    system_jobs = _cel_list(SYSTEM_NODE_JOBS)
+    validations.append({
+        "expression": f"{patches}.all(p, {jobs}.all(j, !(j.name in {system_jobs}) || !j.?template.?spec.?template.?spec.hasValue()))",
+        "message": f"spec.runtimePatches[].trainingRuntimeSpec.template.spec.replicatedJobs[].template.spec.template.spec: {SYSTEM_JOBS_WHY}",
+        "reason": "Forbidden",
+    })
+    validations.append({
+        "expression": f"{overrides}.all(o, !o.?targetJobs.orValue([]).exists(t, t.name in {system_jobs}) || !o.?spec.hasValue())",
+        "message": f"spec.podTemplateOverrides[].spec: {SYSTEM_JOBS_WHY}",
+        "reason": "Forbidden",
+    })
     meta_in_patch = " && ".join([
         _reserved_keys_free("p.?trainingRuntimeSpec.?template.?metadata"),
         f"{jobs}.all(j, {_reserved_keys_free('j.?template.?metadata')} && {_reserved_keys_free('j.?template.?spec.?template.?metadata')})",

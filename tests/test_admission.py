@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from manifests import admission, platform_facts
+from config.labels import NODE_ROLE_LABEL
+from manifests import admission, platform_facts, trainer_api
 from manifests import kueue as kq
 from manifests import tenants as tn
 from manifests import trainjobs as tj
@@ -118,3 +119,94 @@ def test_sub_paths_that_climb_are_recognised(sub_path, refused):
     found = re.search(r"matches\('([^']+)'\)", check)
     assert found is not None, check
     assert bool(re.search(found.group(1), sub_path)) is refused
+
+
+def _pod_check_fields() -> set[str]:
+    return {why.split(":", 1)[0] for _, why in admission._pod_checks(["gpu-pool"], ["g5.xlarge"])}
+
+
+def test_patches_may_not_set_nvidia_env_scheduling_gates_pull_secrets_or_a_grace_period():
+    assert {"containers[].env", "schedulingGates", "imagePullSecrets", "terminationGracePeriodSeconds"} <= _pod_check_fields()
+    checks = {why.split(":", 1)[0]: check for check, why in admission._pod_checks(["gpu-pool"], ["g5.xlarge"])}
+    env = checks["containers[].env"]
+    assert "ps.?containers" in env and "ps.?initContainers" in env and f"startsWith('{admission.NVIDIA_ENV_PREFIX}')" in env
+    for field in ("schedulingGates", "imagePullSecrets", "terminationGracePeriodSeconds"):
+        assert checks[field] == f"!ps.?{field}.hasValue()"
+    # the grace period is a field Kueue drops anyway: the policy refuses what the builders never emit
+    assert any(f.endswith(".terminationGracePeriodSeconds") for f in trainer_api.KUEUE_DROPPED_FIELDS)
+
+
+def test_the_trainer_env_and_the_initializer_env_are_checked_naming_the_field():
+    messages = {v["message"].split(":", 1)[0]: v["expression"] for v in admission.trainjob_policy(["gpu-pool"], instance_types=["g5.xlarge"])["spec"]["validations"]}
+    assert f"object.spec.?trainer.?env.orValue([]).all(e, !e.name.startsWith('{admission.NVIDIA_ENV_PREFIX}'))" == messages["spec.trainer.env"]
+    for kind in ("dataset", "model"):
+        assert f"object.spec.?initializer.?{kind}.?env" in messages[f"spec.initializer.{kind}.env"]
+        assert str(list(admission.INITIALIZER_ENV)) in messages[f"spec.initializer.{kind}.env"]
+    assert admission.NVIDIA_ENV_PREFIX == "NVIDIA_" and "CUDA_VISIBLE_DEVICES".startswith(admission.NVIDIA_ENV_PREFIX) is False
+
+
+def test_patches_for_the_jobs_on_the_system_nodes_may_carry_no_pod_spec_in_either_shape():
+    validations = admission.trainjob_policy(["gpu-pool"], instance_types=["g5.xlarge"])["spec"]["validations"]
+    system = [v for v in validations if admission.SYSTEM_JOBS_WHY in v["message"]]
+    assert len(system) == 2
+    patch, override = system
+    assert "runtimePatches" in patch["expression"] and "!j.?template.?spec.?template.?spec.hasValue()" in patch["expression"]
+    assert "podTemplateOverrides" in override["expression"] and "!o.?spec.hasValue()" in override["expression"]
+    for v in system:
+        assert str(list(admission.SYSTEM_NODE_JOBS)) in v["expression"]
+
+
+def test_the_system_node_jobs_are_exactly_the_runtime_jobs_placed_on_the_system_nodes():
+    runtimes = [o for o in objects(run_config(dev_config(**TWO_TEAMS))).values() if o["kind"] == "ClusterTrainingRuntime"]
+    on_system = {j["name"] for r in runtimes for j in r["spec"]["template"]["spec"]["replicatedJobs"]
+                 if j["template"]["spec"]["template"]["spec"].get("nodeSelector", {}).get(NODE_ROLE_LABEL) == "system"}
+    assert on_system == set(admission.SYSTEM_NODE_JOBS)
+
+
+def _envs(obj, path: str = "") -> list[tuple[str, str]]:
+    """(path, env name) of every env entry anywhere in ``obj``."""
+    found = []
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            if key == "env" and isinstance(value, list):
+                found += [(f"{path}.env", e["name"]) for e in value]
+            else:
+                found += _envs(value, f"{path}.{key}")
+    elif isinstance(obj, list):
+        for item in obj:
+            found += _envs(item, f"{path}[]")
+    return found
+
+
+def _platform_trainjobs(tmp_path) -> list[dict]:
+    """The TrainJobs the platform itself renders (the teams stack's) and trainctl builds, both Trainer shapes."""
+    from trainctl import code
+    from trainctl import objects as trainctl_objects
+
+    jobs = [o for o in objects(run_config(dev_config(**TWO_TEAMS))).values() if o["kind"] == "TrainJob"]
+    (tmp_path / "train.py").write_text("print(1)\n")
+    bundle = code.collect(tmp_path)
+    for version in ("v2.1.0", "v2.3.0"):
+        req = trainctl_objects.Request(namespace="vision", nodes=2, command=["python", "train.py"], name="t", runtime_name="torch", trainer_version=version)
+        jobs.append(trainctl_objects.build(req, bundle)[1])
+    return jobs
+
+
+def test_the_platforms_own_trainjobs_pass_the_new_checks(tmp_path):
+    jobs = _platform_trainjobs(tmp_path)
+    assert any("initializer" in j["spec"] for j in jobs) and any("podTemplateOverrides" in j["spec"] for j in jobs)
+    for job in jobs:
+        name = job["metadata"]["name"]
+        assert not [e for e in _envs(job["spec"]) if e[1].startswith(admission.NVIDIA_ENV_PREFIX)], name
+        for kind, source in job["spec"].get("initializer", {}).items():
+            assert {e["name"] for e in source.get("env", [])} <= set(admission.INITIALIZER_ENV), (name, kind)
+        for patch in job["spec"].get("runtimePatches", []):
+            for j in patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]:
+                ps = j.get("template", {}).get("spec", {}).get("template", {}).get("spec")
+                assert j["name"] not in admission.SYSTEM_NODE_JOBS or ps is None, (name, j)
+                assert not {"schedulingGates", "imagePullSecrets", "terminationGracePeriodSeconds"} & set(ps or {}), (name, j)
+        for override in job["spec"].get("podTemplateOverrides", []):
+            if {t["name"] for t in override["targetJobs"]} & set(admission.SYSTEM_NODE_JOBS):
+                assert "spec" not in override, (name, override)
+            assert not {"schedulingGates", "imagePullSecrets"} & set(override.get("spec", {})), (name, override)
+

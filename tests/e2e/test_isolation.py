@@ -78,6 +78,28 @@ ESCAPES = {
     "sub-path-climbs-deeper": (lambda ps: _mount(ps, subPath="x/../../nlp"), "containers[].volumeMounts[].subPath"),
     "sub-path-absolute": (lambda ps: _mount(ps, subPath="/fs/tenants/nlp"), "containers[].volumeMounts[].subPath"),
     "sub-path-expr": (lambda ps: _mount(ps, subPathExpr="$(NODE_NAME)/.."), "containers[].volumeMounts[].subPath"),
+    "nvidia-visible-devices": (lambda ps: ps["containers"][0].update({"env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}), "containers[].env"),
+    "nvidia-driver-capabilities-init": (lambda ps: ps.update({"initContainers": [{"name": "x", "env": [{"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "all"}]}]}), "containers[].env"),
+    "scheduling-gates": (lambda ps: ps.update({"schedulingGates": [{"name": "example.com/hold"}]}), "schedulingGates"),
+    "image-pull-secrets": (lambda ps: ps.update({"imagePullSecrets": [{"name": "any"}]}), "imagePullSecrets"),
+    "grace-period": (lambda ps: ps.update({"terminationGracePeriodSeconds": 86400}), "terminationGracePeriodSeconds"),
+}
+
+
+def _initializer_patch(pod_spec: dict):
+    """A whole-job change: a runtime patch (v2.3) for the model initializer's pods (system nodes)."""
+    def change(job: dict) -> None:
+        jobs = job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+        jobs.append({"name": "model-initializer", "template": {"spec": {"template": {"spec": pod_spec}}}})
+    return change
+
+
+# changes of the TrainJob beyond the trainer pods' spec (the teams stack runs Trainer v2.3)
+JOB_ESCAPES = {
+    "trainer-nvidia-env": (lambda job: job["spec"]["trainer"].setdefault("env", []).append({"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}), "spec.trainer.env"),
+    "initializer-env": (lambda job: job["spec"].update({"initializer": {"dataset": {"storageUri": "hf://x/y", "env": [{"name": "LD_PRELOAD", "value": "/workspace/x.so"}]}}}), "spec.initializer.dataset.env"),
+    "initializer-patch-env": (_initializer_patch({"containers": [{"name": "model-initializer", "env": [{"name": "PYTHONPATH", "value": "/workspace"}]}]}), "model-initializer jobs run on the system nodes"),
+    "initializer-patch-volume": (_initializer_patch({"volumes": [{"name": "x", "emptyDir": {}}], "initContainers": [{"name": "x", "volumeMounts": [{"name": "x", "mountPath": "/x"}]}]}), "model-initializer jobs run on the system nodes"),
 }
 
 
@@ -86,6 +108,20 @@ def test_a_trainjob_that_escapes_its_pods_is_refused_naming_the_field(team, tmp_
     up, vision = team
     change, field = ESCAPES[escape]
     configmap, job = _hostile(tmp_path, up, f"escape-{escape}", change)
+    _refused_naming(up, vision, configmap, job, escape, field)
+
+
+@pytest.mark.parametrize("escape", sorted(JOB_ESCAPES))
+def test_a_trainjob_that_sets_gpu_env_or_patches_the_system_node_jobs_is_refused(team, tmp_path, escape):
+    up, vision = team
+    change, field = JOB_ESCAPES[escape]
+    configmap, job = team_job(tmp_path, "vision", name=f"escape-{escape}", runtime_name=_torch_runtime(up))
+    job = copy.deepcopy(job)
+    change(job)
+    _refused_naming(up, vision, configmap, job, escape, field)
+
+
+def _refused_naming(up, vision, configmap: dict, job: dict, escape: str, field: str) -> None:
     submit_code(vision, configmap)
 
     def refusal():
@@ -173,7 +209,8 @@ def test_a_normal_team_trainjob_is_admitted_and_runs_on_a_gpu_pool(team, tmp_pat
     wait_for("vision-normal Complete", lambda: any(c["type"] == "Complete" and c["status"] == "True" for c in (admin.get(*TRAINJOB, "vision-normal", "vision").get("status") or {}).get("conditions") or []), up, timeout=240)
 
 
-V21_HAS_NO_FIELD = ("privileged", "root")  # Trainer v2.1.0 ContainerOverride/PodSpecOverride: no securityContext
+# Trainer v2.1.0 ContainerOverride/PodSpecOverride: no securityContext, no terminationGracePeriodSeconds
+V21_HAS_NO_FIELD = {"privileged": "securityContext", "root": "securityContext", "grace-period": "terminationGracePeriodSeconds"}
 
 
 def test_trainer_v2_1_pod_template_overrides_are_fenced_the_same_way(clusters, tmp_path):
@@ -225,7 +262,7 @@ def test_trainer_v2_1_pod_template_overrides_are_fenced_the_same_way(clusters, t
                     raise
 
             spec = wait_for("the dry run", stored_spec, up, timeout=30)
-            assert "securityContext" not in str(spec), spec
+            assert V21_HAS_NO_FIELD[name] not in str(spec), spec
             continue
         message = refused(job(f"v21-{name}", change)[1])
         assert "spec.podTemplateOverrides[].spec." + field in message, message
