@@ -126,21 +126,23 @@ def _assert_fields(trainjob: dict, pod: dict, grace: int) -> None:
 
 def test_kueues_admission_drops_a_pod_patch_grace_period(teams, tmp_path):
     """The upstream fact, on the real controllers: the grace period in a pod patch (what the
-    platform used to send) is gone from the TrainJob once Kueue has admitted it."""
+    platform used to send) is gone from the TrainJob once Kueue has admitted it. In the stack's own
+    namespace (Kueue queues it too): a team's namespace refuses such a patch outright now
+    (manifests/admission.py)."""
     up, _ = teams
     admin = up.client()
     runtime = next(o["metadata"]["name"] for o in up.plan.objects if o["kind"] == "ClusterTrainingRuntime" and o["metadata"]["labels"][rt.RUNTIME_LABEL] == "torch-distributed-gpu")
     (tmp_path / "train.py").write_text("print('hello')\n")
-    configmap, job = objects.build(objects.Request(namespace="vision", nodes=1, command=["python", "train.py"], name="old-way", runtime_name=runtime), code.collect(tmp_path))
+    configmap, job = objects.build(objects.Request(namespace="training", nodes=1, command=["python", "train.py"], name="old-way", runtime_name=runtime), code.collect(tmp_path))
     job = copy.deepcopy(job)
     trainer_api.read_pod_customization(job["spec"])["terminationGracePeriodSeconds"] = 600
     submit(admin, configmap, job)
-    wait_for("old-way admitted by Kueue", lambda: _admitted(admin, "vision", "old-way"), up, timeout=180)
+    wait_for("old-way admitted by Kueue", lambda: _admitted(admin, "training", "old-way"), up, timeout=180)
     # admitted: Kueue writes its flavor into the TrainJob and unsuspends it (RunWithPodSetsInfo)
-    stored = wait_for("old-way unsuspended by Kueue", lambda: (tj_ := admin.get(*TRAINJOB, "old-way", "vision"))["spec"].get("suspend") is False and tj_, up, timeout=120)
+    stored = wait_for("old-way unsuspended by Kueue", lambda: (tj_ := admin.get(*TRAINJOB, "old-way", "training"))["spec"].get("suspend") is False and tj_, up, timeout=120)
     assert "terminationGracePeriodSeconds" not in trainer_api.read_pod_customization(stored["spec"])
     assert trainer_api.dropped_by_kueue(job) == list(trainer_api.KUEUE_DROPPED_FIELDS)  # what the builders refuse to send
-    admin.delete(*TRAINJOB, "old-way", "vision")
+    admin.delete(*TRAINJOB, "old-way", "training")
 
 
 def test_the_stacks_job_keeps_its_grace_period_and_every_field_after_admission(teams):
