@@ -86,8 +86,8 @@ def kubeconfig_path(kubeconfig: str | None) -> str:
     return kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
 
 
-def default_namespace(kubeconfig: str | None, context: str | None) -> str:
-    """The namespace of the kubeconfig context (``default`` when it names none)."""
+def kube_context(kubeconfig: str | None, context: str | None) -> dict[str, Any]:
+    """The kubeconfig's context entry: ``context`` by name, else the active one."""
     try:
         found: Any = config.list_kube_config_contexts(config_file=kubeconfig_path(kubeconfig))
         contexts, active = found
@@ -96,7 +96,12 @@ def default_namespace(kubeconfig: str | None, context: str | None) -> str:
     chosen = next((c for c in contexts if c["name"] == context), None) if context else active
     if chosen is None:
         raise ClusterError(f"kubeconfig has no context {context!r}")
-    return (chosen.get("context") or {}).get("namespace") or "default"
+    return chosen
+
+
+def default_namespace(kubeconfig: str | None, context: str | None) -> str:
+    """The namespace of the kubeconfig context (``default`` when it names none)."""
+    return (kube_context(kubeconfig, context).get("context") or {}).get("namespace") or "default"
 
 
 class _HeaderPool:

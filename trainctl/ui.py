@@ -13,22 +13,14 @@ import yaml
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
-from trainctl.kube import ClusterError, default_namespace, kubeconfig_path
+from trainctl.kube import ClusterError, default_namespace, kube_context, kubeconfig_path
 
 DEFAULT_PORT = 8765
 
 
 def kubeconfig_user(kubeconfig: str | None, context: str | None) -> dict[str, Any]:
     """The ``user`` entry of the context (the first file of a ``KUBECONFIG`` list that has it)."""
-    try:
-        found: Any = config.list_kube_config_contexts(config_file=kubeconfig_path(kubeconfig))
-        contexts, active = found
-    except (ConfigException, OSError) as err:
-        raise ClusterError(f"no usable kubeconfig ({err}); pass --kubeconfig or set KUBECONFIG") from None
-    chosen = next((c for c in contexts if c["name"] == context), None) if context else active
-    if chosen is None:
-        raise ClusterError(f"kubeconfig has no context {context!r}")
-    name = (chosen.get("context") or {}).get("user")
+    name = (kube_context(kubeconfig, context).get("context") or {}).get("user")
     for path in kubeconfig_path(kubeconfig).split(":"):
         try:
             with open(path) as f:
