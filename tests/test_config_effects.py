@@ -10,7 +10,7 @@ from config.program_flags import argument_problems, program_flags
 from config.schema import REDACTED, ConfigErrors, looks_secret
 from config.settings import load_settings
 from tests.conftest import PROJECT, dev_config
-from tools.mock_runtime import run_program
+from tools.mock_runtime import SECRET_MASK, run_program
 
 WANDB_KEY = "0123456789abcdef0123456789abcdef01234567"
 
@@ -206,7 +206,7 @@ def test_an_endpoint_with_credentials_is_accepted_and_rendered_as_a_pulumi_secre
     assert looks_secret("observability.alarms.httpsEndpoints[0]", "https://pager.example.com/x")
     run = run_program(str(PROJECT), "dev", stack_config={"config": dev_config(observability={"alarms": {"httpsEndpoints": [url]}})})
     sub = next(r for r in run.registrations if r.type == "aws:sns/topicSubscription:TopicSubscription" and r.inputs.get("protocol") == "https")
-    assert sub.inputs["endpoint"] != url  # the recording monitor keeps secrets as secrets
+    assert sub.inputs["endpoint"] == SECRET_MASK  # a Pulumi secret: the engine gets it masked, never the URL
 
 
 @pytest.mark.parametrize(

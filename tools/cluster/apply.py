@@ -182,25 +182,44 @@ def _wait_gone(client: Client, obj: dict, timeout: float = 300) -> None:
     raise ApiError(408, f"{label(obj)} still exists {timeout:.0f} s after its deletion (a finalizer holds it)")
 
 
+def _refused(obj: dict, err: ApiError, what: str = "") -> list[str]:
+    return [f"{label(obj)}{what}: refused by the API server (HTTP {err.status}): {err}"]
+
+
+def dry_create(client: Client, obj: dict) -> list[str] | None:
+    """A strict dry-run create of ``obj``: its problems (refusal, or values the server would not keep),
+    or None when an object of that name exists already (the caller decides what that means)."""
+    body = {k: v for k, v in obj.items() if k != "status"}
+    try:
+        return [f"{label(obj)}: {d}" for d in differences(body, client.create(body, dry_run=True, strict=True))]
+    except ApiError as err:
+        return None if err.status == 409 else _refused(obj, err)
+
+
+def dry_create_renamed(client: Client, obj: dict, suffix: str, what: str = "") -> list[str]:
+    """A strict dry-run create of ``obj`` under its name plus ``suffix`` (a replacement, or a copy that
+    must not be judged merged into the existing object of its name)."""
+    meta = obj["metadata"]
+    other = {**{k: v for k, v in obj.items() if k != "status"}, "metadata": {**meta, "name": meta["name"][: 63 - len(suffix)] + suffix}}
+    try:
+        client.create(other, dry_run=True, strict=True)
+    except ApiError as err:
+        return _refused(obj, err, what)
+    return []
+
+
 def dry_run(client: Client, obj: dict) -> list[str]:
     """Would the API server take ``obj`` (schema, CEL rules, webhooks, admission policies), and keep
     it whole? A dry-run create; where it exists already, a dry-run apply, as an update would be; and
     where that meets an immutable field (an object Pulumi replaces on change), a dry-run create under
     another name, as the replacement would be created. Nothing is stored."""
+    created = dry_create(client, obj)
+    if created is not None:
+        return created
     body = {k: v for k, v in obj.items() if k != "status"}
-    try:
-        return [f"{label(obj)}: {d}" for d in differences(body, client.create(body, dry_run=True, strict=True))]
-    except ApiError as err:
-        if err.status != 409:
-            return [f"{label(obj)}: refused by the API server (HTTP {err.status}): {err}"]
     try:
         return [f"{label(obj)}: {d}" for d in differences(body, client.apply(body, dry_run=True))]
     except ApiError as err:
         if err.status != 422 or "immutable" not in str(err):
-            return [f"{label(obj)}: refused by the API server (HTTP {err.status}): {err}"]
-    other = {**body, "metadata": {**body["metadata"], "name": body["metadata"]["name"][:56] + "-dryrun"}}
-    try:
-        client.create(other, dry_run=True, strict=True)
-    except ApiError as err:
-        return [f"{label(obj)} (as its replacement): refused by the API server (HTTP {err.status}): {err}"]
-    return []
+            return _refused(obj, err)
+    return dry_create_renamed(client, obj, "-dryrun", " (as its replacement)")

@@ -121,19 +121,12 @@ class Judge:
         """What the API server says of ``obj``: a dry-run create, or where it exists, a dry-run
         update; an object Pulumi replaces (``replaced``) is judged as its replacement's create."""
         self._namespace_for(obj)
-        body = {k: v for k, v in obj.items() if k != "status"}
-        try:
-            return [f"{cluster_apply.label(obj)}: {d}" for d in cluster_apply.differences(body, self.api.create(body, dry_run=True, strict=True))]
-        except ApiError as err:
-            if err.status != 409:
-                return [f"{cluster_apply.label(obj)}: refused by the API server (HTTP {err.status}): {err}"]
+        created = cluster_apply.dry_create(self.api, obj)
+        if created is not None:
+            return created
         if replaced:
-            other = {**body, "metadata": {**body["metadata"], "name": body["metadata"]["name"][:56] + "-replace"}}
-            try:
-                self.api.create(other, dry_run=True, strict=True)
-            except ApiError as err:
-                return [f"{cluster_apply.label(obj)} (as its replacement): refused by the API server (HTTP {err.status}): {err}"]
-            return []
+            return cluster_apply.dry_create_renamed(self.api, obj, "-replace", " (as its replacement)")
+        body = {k: v for k, v in obj.items() if k != "status"}
         try:
             return [f"{cluster_apply.label(obj)}: update: {d}" for d in cluster_apply.differences(body, self.api.apply(body, manager=JUDGE_MANAGER, dry_run=True))]
         except ApiError as err:

@@ -32,7 +32,7 @@ import yaml
 import versions
 from config.labels import NODE_ROLE_LABEL
 from tools.cluster import build
-from tools.cluster.apply import differences, dry_run, label
+from tools.cluster.apply import differences, dry_create, dry_create_renamed, dry_run, label
 from tools.cluster.charts import Rendered
 from tools.cluster.client import ApiError, Client
 from tools.cluster.plan import StackPlan
@@ -140,18 +140,8 @@ def _dry_run(client: Client, obj: dict) -> list[str]:
     is the same release's (components.crds): the dry run updates it, as an upgrade would."""
     if obj["kind"] == "CustomResourceDefinition":
         return dry_run(client, obj)
-    body = {k: v for k, v in obj.items() if k != "status"}
-    try:
-        return [f"{label(obj)}: {d}" for d in differences(body, client.create(body, dry_run=True, strict=True))]
-    except ApiError as err:
-        if err.status != 409:
-            return [f"{label(obj)}: refused by the API server (HTTP {err.status}): {err}"]
-    other = {**body, "metadata": {**body["metadata"], "name": body["metadata"]["name"] + "-chart"}}
-    try:
-        client.create(other, dry_run=True, strict=True)
-    except ApiError as err:
-        return [f"{label(obj)}: refused by the API server (HTTP {err.status}): {err}"]
-    return []
+    created = dry_create(client, obj)
+    return created if created is not None else dry_create_renamed(client, obj, "-chart")
 
 
 def _apply(client: Client, obj: dict, out: Applied) -> None:
