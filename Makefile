@@ -76,7 +76,7 @@ clean:
 	rm -rf out .pytest_cache
 
 ## image: build the training image locally (needs a Docker engine), with the build args of versions.py;
-## the stack builds and pushes the same image itself (components/registry.py)
+## the stack builds and pushes the same image itself (infra/registry.py)
 IMAGE ?= training-platform/workloads:local
 image: venv
 	docker build --platform linux/amd64 $$($(PY) -c "import versions; print(' '.join(f'--build-arg {k}={v}' for k, v in versions.WORKLOAD_BUILD_ARGS.items()))") -t $(IMAGE) workloads

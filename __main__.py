@@ -5,24 +5,25 @@ Reads like a table of contents: config -> settings -> AWS components -> Kubernet
 
 import pulumi
 
-from components.alarms import Alarms
-from components.cluster import Cluster
-from components.deploy_state import TRAINER_VERSION, parameter_name, read_parameter, trainer_switch_error
-from components.gpu_aws import GpuAws
-from components.gpu_capacity import GpuCapacity
-from components.kueue import Kueue
-from components.network import Network
-from components.node_health import NodeHealth
-from components.observability import Observability
-from components.project_config import aws_region, offline_render, project_config
-from components.registry import ImageMirror, TrainingImage
-from components.storage import CheckpointStorage
-from components.tenants import Tenants
-from components.trainer import Trainer
-from components.trainjobs import PLATFORM_OUTPUT, TrainJobs
 from config.deploy_rules import deploy_problems
 from config.schema import ConfigError, ConfigErrors
 from config.settings import job_grace_periods, load_settings
+from infra.alarms import Alarms
+from infra.cluster import Cluster
+from infra.deploy_state import TRAINER_VERSION, parameter_name, read_parameter, trainer_switch_error
+from infra.gpu_aws import GpuAws
+from infra.network import Network
+from infra.node_health import NodeHealth
+from infra.project_config import aws_region, offline_render, project_config
+from infra.registry import ImageMirror, TrainingImage
+from infra.storage import CheckpointStorage
+from k8s.gpu_capacity import GpuCapacity
+from k8s.kueue import Kueue
+from k8s.observability import Observability
+from k8s.tenants import Tenants
+from k8s.trainer import Trainer
+from workloads.builders.trainjobs import WORKLOADS
+from workloads.trainjobs import PLATFORM_OUTPUT, TrainJobs
 
 try:
     settings = load_settings(project_config(), stack=pulumi.get_stack(), region=aws_region())
@@ -57,7 +58,8 @@ trainer = Trainer("trainer", settings=settings.trainer, cluster_name=cluster.nam
 # Kueue queues the teams' and the stack's TrainJobs (one cohort); teams get namespaces, quotas and access
 kueue = Kueue("kueue", settings=settings, trainer=trainer, provider=cluster.provider) if settings.kueue_enabled else None
 # metrics, logs and dashboard (observability.mode), the GPU smoke check, cleanup of finished TrainJobs
-observability = Observability("observability", settings=settings, cluster=cluster, gpu_aws=gpu_aws, capacity=capacity, trainer=trainer, tags=tags, images=images)
+keep_kinds = sorted(w.kind for w in WORKLOADS.values())  # the platform's own job kinds: the hourly cleanup keeps them
+observability = Observability("observability", settings=settings, cluster=cluster, gpu_aws=gpu_aws, capacity=capacity, trainer=trainer, tags=tags, images=images, keep_kinds=keep_kinds)
 # failed and stalled TrainJobs, idle GPUs and nodes not ready, on an SNS topic (prometheus mode: alert rules)
 if observability.cloudwatch is not None and settings.observability.alarms.enabled:
     alarms = Alarms("alarms", settings=settings, cluster_name=cluster.name, log_groups=observability.cloudwatch.log_groups, tags=tags)
@@ -69,7 +71,7 @@ if storage and settings.tenants.teams():
     tenants = Tenants("tenants", settings=settings, cluster=cluster, storage=storage, kueue=kueue, provider=cluster.provider, tags=tags, image=training_image.ref if training_image else None)
     pulumi.export("teamNamespaces", tenants.namespaces)
 if settings.portal.enabled:  # the teams' portal behind an ALB with OIDC login (its teams are tenants: checked by the config)
-    from components.portal import Portal
+    from k8s.portal import Portal
 
     portal = Portal("portal", settings=settings, cluster=cluster, network=network, gpu_aws=gpu_aws, provider=cluster.provider, tags=tags)
     pulumi.export("portalUrl", portal.url)

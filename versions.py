@@ -53,28 +53,28 @@ INITIALIZER_IMAGES = {
 # v2.1.0 shipped a staging JobSet image that no longer resolves; pin the release image.
 JOBSET_IMAGE_REPOSITORY = "registry.k8s.io/jobset/jobset"
 
-# Kueue (job queueing for teams and the stack's jobs; manifests/kueue.py). 0.19.2 is the newest release
+# Kueue (job queueing for teams and the stack's jobs; k8s/builders/kueue.py). 0.19.2 is the newest release
 # (tagged 2026-08-20) and the CRDs the offline validation reads (../shared/schemas/kueue/v0.19.2).
 # Its TrainJob integration writes into TrainJob.spec.runtimePatches: Trainer v2.2 or newer only.
 # The chart's values.yaml names a staging image unless packaged for release: the image is pinned.
 KUEUE_CHART = "oci://registry.k8s.io/kueue/charts/kueue"
 KUEUE_VERSION = "0.19.2"
 KUEUE_IMAGE_REPOSITORY = "registry.k8s.io/kueue/kueue"
-# One-shot Jobs that hand checkpoint directories to the non-root training user (manifests/volume_setup.py).
+# One-shot Jobs that hand checkpoint directories to the non-root training user (k8s/builders/volume_setup.py).
 VOLUME_SETUP_IMAGE = "public.ecr.aws/docker/library/busybox:1.37.0"
 
 # EKS add-ons for checkpoint storage (CSI drivers); versions as published for EKS 1.34.
 FSX_CSI_ADDON_VERSION = "v1.7.0-eksbuild.1"
 EFS_CSI_ADDON_VERSION = "v2.1.13-eksbuild.1"
 POD_IDENTITY_ADDON_VERSION = "v1.3.9-eksbuild.3"
-# Node health (components/node_health.py): the eks-node-monitoring-agent add-on (github.com/aws/
+# Node health (infra/node_health.py): the eks-node-monitoring-agent add-on (github.com/aws/
 # eks-node-monitoring-agent v1.7.0, 2026-08-04, the newest release) sets the node conditions
 # AcceleratedHardwareReady (NVIDIA Xid, DCGM), KernelReady, NetworkingReady, StorageReady and
 # ContainerRuntimeReady that Karpenter's node repair acts on. Confirm the build with `aws eks
 # describe-addon-versions --addon-name eks-node-monitoring-agent --kubernetes-version 1.34`.
 NODE_MONITORING_AGENT_ADDON_VERSION = "v1.7.0-eksbuild.1"
 
-# Observability (components/observability.py, manifests/operations.py), observability.mode:
+# Observability (infra/observability.py, k8s/builders/operations.py), observability.mode:
 # cloudwatch (default): the amazon-cloudwatch-observability EKS add-on. Its versions are the
 # releases of aws-observability/helm-charts charts/amazon-cloudwatch-observability with an
 # -eksbuild suffix; v6.4.0 (Chart.yaml version 6.4.0, released 2026-08-06) is the newest. The add-on
@@ -94,12 +94,12 @@ DCGM_EXPORTER_VERSION = "4.8.2"
 KUBE_PROMETHEUS_STACK_REPO = "https://prometheus-community.github.io/helm-charts"
 KUBE_PROMETHEUS_STACK_CHART = "kube-prometheus-stack"
 KUBE_PROMETHEUS_STACK_VERSION = "88.5.3"
-# The CronJob that deletes finished TrainJobs (incluster/trainjob_cleanup.py runs on the standard
+# The CronJob that deletes finished TrainJobs (k8s/pods/trainjob_cleanup.py runs on the standard
 # library only) and the GPU smoke check (CUDA + PyTorch: the training image's base, WORKLOAD_BASE_IMAGE).
 TRAINJOB_CLEANUP_IMAGE = "public.ecr.aws/docker/library/python:3.13.7-slim-bookworm"
 
 # Training image: the stack builds workloads/Dockerfile and pushes it to its own ECR repository
-# (components/registry.py) unless every enabled job sets trainjobs.<job>.image. These are the
+# (infra/registry.py) unless every enabled job sets trainjobs.<job>.image. These are the
 # Dockerfile's build args (`make image` passes the same ones); they are part of the image tag.
 # EFA installer 1.51.0 (EC2 User Guide, "Elastic Fabric Adapter release notes", released
 # Oct 22 2026) bundles libfabric 2.7.0amzn2.0 and the Amazon OFI NCCL plugin (aws-ofi-nccl)
@@ -108,7 +108,7 @@ WORKLOAD_BASE_IMAGE = "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime"  # CUDA 12
 EFA_INSTALLER_VERSION = "1.51.0"
 LIBFABRIC_VERSION = "2.7.0amzn2.0"
 AWS_OFI_NCCL_VERSION = "1.22.0"
-WORKLOAD_UID = "1000"  # the image's non-root user; the runtimes' trainer pods run as it (manifests/runtimes.py)
+WORKLOAD_UID = "1000"  # the image's non-root user; the runtimes' trainer pods run as it (k8s/builders/runtimes.py)
 WORKLOAD_BUILD_ARGS = {
     "BASE_IMAGE": WORKLOAD_BASE_IMAGE,
     "EFA_INSTALLER_VERSION": EFA_INSTALLER_VERSION,
@@ -121,7 +121,7 @@ WORKLOAD_BUILD_ARGS = {
 # a Docker Hub image (pytorch/pytorch, tensorflow/tensorflow, WORKLOAD_BASE_IMAGE for the smoke check):
 # Docker Hub limits anonymous pulls per IPv4 address and every node behind one NAT address shares the
 # limit, and these are not Docker official images, so not under ECR Public's docker/library. The stack
-# copies each into its own ECR at deploy (components/registry.py ImageMirror) and its objects name the copy.
+# copies each into its own ECR at deploy (infra/registry.py ImageMirror) and its objects name the copy.
 TORCH_RUNTIME_IMAGE = "pytorch/pytorch:2.9.1-cuda12.8-cudnn9-runtime"
 DEEPSPEED_RUNTIME_IMAGE = "ghcr.io/kubeflow/trainer/deepspeed-runtime:v2.3.0"
 # TensorFlow 2.20.0: the CPU build of the same release (tensorflow-cpu) is what workloads/requirements-tf.txt
@@ -161,7 +161,7 @@ KARPENTER_AWS_MODULE = "github.com/aws/karpenter-provider-aws"  # its CRDs (karp
 HELM_MODULE = "helm.sh/helm/v3"
 HELM_VERSION = "v3.20.2"
 
-# The teams' portal (portal.enabled; manifests/portal.py, components/portal.py). Its image: a slim
+# The teams' portal (portal.enabled; k8s/builders/portal.py, k8s/portal.py). Its image: a slim
 # Python base (the same pinned one as the cleanup job's) with the portal's own requirements
 # (portal/requirements.txt, pinned), built from portal/Dockerfile into the stack's ECR.
 PORTAL_BASE_IMAGE = "public.ecr.aws/docker/library/python:3.13.7-slim-bookworm"

@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT))
     from kubernetes import client
 
-    from manifests.tenants import team_group
+    from k8s.builders.tenants import team_group
     from tests.e2e import portal_helpers as ph
     from tools.cluster import up as cluster
     from trainctl import objects

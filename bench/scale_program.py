@@ -9,11 +9,11 @@ import pulumi
 n = int(os.environ.get("SCALE_N", "1"))
 exec(open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "__main__.py")).read())  # the real program  # noqa: S102
 
-from components.project_config import aws_region, project_config  # noqa: E402
-from components.resources import apply_manifest  # noqa: E402
 from config.settings import load_settings  # noqa: E402
-from manifests import trainjobs as tj  # noqa: E402
-from manifests.runtimes import torch_runtime  # noqa: E402
+from infra.project_config import aws_region, project_config  # noqa: E402
+from k8s.builders.runtimes import torch_runtime  # noqa: E402
+from k8s.resources import apply_manifest  # noqa: E402
+from workloads.builders import trainjobs as tj  # noqa: E402
 
 _s = load_settings(project_config(), stack=pulumi.get_stack(), region=aws_region())
 _files = tj.code_files()

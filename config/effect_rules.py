@@ -44,7 +44,7 @@ class Settings(Protocol):
 
     def start_minutes_needed(self) -> int: ...
 
-# The alarm on idle GPUs averages GPU utilization over 10-minute periods (components/alarms.py
+# The alarm on idle GPUs averages GPU utilization over 10-minute periods (infra/alarms.py
 # alarm_specs: period 600 s, evaluationPeriods = idleMinutes / 10).
 IDLE_ALARM_PERIOD_MINUTES = 10
 # Below this a hang guard fires on a healthy job: the first step waits for the NCCL/gloo
@@ -83,7 +83,7 @@ KUEUE_OFF = "Kueue is off in this stack (kueue.enabled false, or no tenants), an
 
 def job_priority_problems(key: str, job: JobBase, *, kueue_enabled: bool) -> Iterator[ConfigError]:
     """A priority set on a job (config key ``key``) of a platform without Kueue: the platform's jobs
-    and a TrainJob stack's run (manifests/job_platform.py) alike."""
+    and a TrainJob stack's run (workloads/builders/job_platform.py) alike."""
     if not kueue_enabled and _set(job, "priority"):
         yield ConfigError(f"{key}.priority", job.priority, KUEUE_OFF)
 
@@ -117,7 +117,7 @@ def observability_rules(s: Settings) -> Iterator[ConfigError]:
         for key, camel in (("enabled", "enabled"), ("emails", "emails"), ("https_endpoints", "httpsEndpoints"), ("idle_gpu_percent", "idleGpuPercent"), ("idle_minutes", "idleMinutes")):
             if _set(a, key) and (key != "enabled" or a.enabled):
                 yield ConfigError(f"observability.alarms.{camel}", getattr(a, key), "observability.mode none has no alarms; allowed: unset, or mode cloudwatch or prometheus")
-    elif not a.enabled:  # no topic, no alarms, no alert rules (__main__.py, components/prometheus.py)
+    elif not a.enabled:  # no topic, no alarms, no alert rules (__main__.py, k8s/prometheus.py)
         for key, camel in (("emails", "emails"), ("https_endpoints", "httpsEndpoints"), ("idle_gpu_percent", "idleGpuPercent"), ("idle_minutes", "idleMinutes")):
             if _set(a, key):
                 yield ConfigError(f"observability.alarms.{camel}", getattr(a, key), "observability.alarms.enabled is false, so this would do nothing; allowed: unset, or alarms.enabled true")
@@ -244,7 +244,7 @@ def unused_section_rules(s: Settings) -> Iterator[ConfigError]:
         for key, camel in (("availability_zone", "availabilityZone"), ("instance_types", "instanceTypes")):
             if _set(s.efa, key):
                 yield ConfigError(f"efa.{camel}", getattr(s.efa, key), "efa.enabled is false, so there is no EFA pool; allowed: unset, or efa.enabled true")
-    if not s.network.create_vpc:  # only a VPC the stack creates reads them (components/network.py)
+    if not s.network.create_vpc:  # only a VPC the stack creates reads them (infra/network.py)
         for key, camel in (("cidr", "cidr"), ("az_count", "azCount"), ("nat_gateways", "natGateways"), ("flow_log_retention_days", "flowLogRetentionDays")):
             if _set(s.network, key):
                 yield ConfigError(f"network.{camel}", getattr(s.network, key), "network.vpcId names an existing VPC, and this applies only to a VPC the stack creates; allowed: unset with vpcId")

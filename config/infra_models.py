@@ -127,7 +127,7 @@ def _role_key(arn: str) -> tuple[str, str]:
 
 class CiAccessSettings(Section):
     """The CI workflows' IAM roles (``.github/workflows/preview.yml``, ``deploy-dev.yml``) and the
-    access entries they get (``components/cluster.py`` ``ci_access_entries``)."""
+    access entries they get (``infra/cluster.py`` ``ci_access_entries``)."""
 
     preview_role_arn: str | None = opt(
         None, "role the preview workflow assumes (AWS_PREVIEW_ROLE_ARN): an access entry with AmazonEKSViewPolicy (read, no Secrets, no writes); "
@@ -304,7 +304,7 @@ class GpuPoolSettings(Section):
         if self.capacity_reservation_selector_terms and "reserved" not in self.capacity_types:
             yield ConfigError(terms, to_raw(self.capacity_reservation_selector_terms), "allowed only when gpuPool.capacityTypes includes reserved")
         if self.mode == "auto":
-            # Auto Mode's gpu-pool uses its built-in `default` NodeClass (manifests.gpu_objects), which
+            # Auto Mode's gpu-pool uses its built-in `default` NodeClass (k8s.builders.gpu_objects), which
             # sizes the root volume itself: the key would do nothing
             why = {"root_volume_size_gib": "Auto Mode's default NodeClass sizes the root volume", "node_repair": "EKS Auto Mode repairs its nodes itself"}
             for key, reason in why.items():
@@ -362,7 +362,7 @@ class TrainerSettings(Section):
     )
     grace_classes: list[Int] = opt(
         [], "further grace periods (seconds, 30 to 3600) offered as runtimes of their own (<runtime>-grace<N>): trainctl submit --grace-seconds picks one "
-        "(a job's grace period lives in its runtime, since Kueue drops it from a TrainJob: manifests/runtimes.py); the stack's jobs' trainjobs.<job>.terminationGraceSeconds get theirs without being listed",
+        "(a job's grace period lives in its runtime, since Kueue drops it from a TrainJob: k8s/builders/runtimes.py); the stack's jobs' trainjobs.<job>.terminationGraceSeconds get theirs without being listed",
     )
     progress_in_status: Bool = opt(
         False, "turn on Trainer v2.3.0's TrainJobStatus feature (alpha): the programs' progress, ETA and metrics in TrainJob.status.trainerStatus. "

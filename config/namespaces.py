@@ -7,4 +7,4 @@ AGENT_NAMESPACE = "amazon-cloudwatch"  # the amazon-cloudwatch-observability add
 MONITORING_NAMESPACE = "monitoring"
 OPS_NAMESPACE = "platform-ops"
 STORAGE_NAMESPACE = "tenant-storage"
-PORTAL_NAMESPACE = "platform-portal"  # the teams' portal (manifests/portal.py): Pod Security restricted
+PORTAL_NAMESPACE = "platform-portal"  # the teams' portal (k8s/builders/portal.py): Pod Security restricted

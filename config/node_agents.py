@@ -5,7 +5,7 @@ fact was read.
 The table is checked in with its sources. Loading it validates its shape (unknown keys are
 errors, every agent and every architecture or gap fact names its source, every ``version.pin``
 names a constant of ``versions.py`` whose version is the one the read tag ships). What the facts
-mean for a stack is ``manifests/node_agents.py``'s business.
+mean for a stack is ``k8s/builders/node_agents.py``'s business.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The teams' portal (``training-platform:portal``): the web page and API of trainctl/portal behind an
-ALB with OIDC login (manifests/portal.py, components/portal.py). Off by default."""
+ALB with OIDC login (k8s/builders/portal.py, k8s/portal.py). Off by default."""
 
 from __future__ import annotations
 

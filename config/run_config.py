@@ -1,7 +1,7 @@
 """A TrainJob stack's config (the ``workloads/`` project): the platform stack it runs on and one
 run, in the same job model as the platform's ``trainjobs.<job>`` (config/job_models.py) with the
 same rules (the model's own, config/effect_rules.py's per job). What the run needs of its platform
-is judged once the platform's facts are read (manifests/job_platform.py run_problems).
+is judged once the platform's facts are read (workloads/builders/job_platform.py run_problems).
 
 A stack file::
 
@@ -64,7 +64,7 @@ def run_name(base: str, stack: str) -> str:
 def load_run(raw: Mapping[str, Any], *, stack: str, base_names: Mapping[str, str]) -> RunConfig:
     """The run a TrainJob stack's config (keys without the namespace) describes; one
     :class:`ConfigErrors` listing every problem otherwise. ``base_names``: job key -> the
-    platform's TrainJob name for it (manifests/trainjobs.py WORKLOADS)."""
+    platform's TrainJob name for it (workloads/builders/trainjobs.py WORKLOADS)."""
     errors: list[ConfigError] = []
     allowed = [PLATFORM_KEY, *JOB_MODELS]
     for key in raw:

@@ -291,7 +291,7 @@ def _job_rules(s: Settings) -> Iterator[ConfigError]:
         key = f"trainjobs.{name}"
         limit, limit_key = s.gpu_pool.gpu_limit, "gpuPool.gpuLimit"
         if s.efa.enabled and job.instance_type in s.efa.instance_types:
-            # the job's EFA pool holds at least one node of each of its types (manifests.gpu_objects.efa_node_pool)
+            # the job's EFA pool holds at least one node of each of its types (k8s.builders.gpu_objects.efa_node_pool)
             efa_types = efa_layouts(s.efa)[efa_pool_of(s.efa, job.instance_type) or ""]
             limit = max(limit, sum(catalog.lookup(t).gpus for t in efa_types))
             limit_key = f"the EFA pool's limit (gpuPool.gpuLimit, at least one node of each of {', '.join(efa_types)})"
@@ -301,7 +301,7 @@ def _job_rules(s: Settings) -> Iterator[ConfigError]:
 def job_capacity_problems(key: str, job: JobBase, pool_types: Sequence[str], limit: int, limit_key: str) -> Iterator[ConfigError]:
     """A job (config key ``key``) whose instance type no GPU pool launches, or that needs more GPUs
     than its pool may hold (``limit``, named ``limit_key``): the platform's jobs and a TrainJob
-    stack's run (manifests/job_platform.py) are judged by this one rule."""
+    stack's run (workloads/builders/job_platform.py) are judged by this one rule."""
     if job.instance_type not in pool_types:
         yield ConfigError(f"{key}.instanceType", job.instance_type, "not allowed by the gpu-pool (gpuPool.instanceCategories/instanceFamilies/instanceTypes); allowed: " + ", ".join(sorted(pool_types)))
         return
@@ -449,7 +449,7 @@ DEADLINE_INCOMPATIBLE_TRAINERS = ("v2.1.0",)
 def job_grace_periods(s: Settings) -> dict[str, list[int]]:
     """Runtime (base name) -> the grace periods the stack's enabled jobs on it ask for
     (``trainjobs.<job>.terminationGraceSeconds``): each runs on that runtime's grace variant
-    (manifests/runtimes.py; a TrainJob cannot carry it past Kueue), on either Trainer release."""
+    (k8s/builders/runtimes.py; a TrainJob cannot carry it past Kueue), on either Trainer release."""
     found: dict[str, set[int]] = {}
     for job in s.trainjobs.jobs().values():
         if job.termination_grace_seconds is not None:

@@ -1,5 +1,5 @@
 """Load stack files (``Pulumi.<stack>.yaml``) strictly: :func:`load_stack_file`. (The running
-program reads its config through Pulumi: ``components/project_config.py``.)"""
+program reads its config through Pulumi: ``infra/project_config.py``.)"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The team TrainJob admission policy as rendered (manifests/admission.py). Its CEL is evaluated by a real
+"""The team TrainJob admission policy as rendered (k8s/builders/admission.py). Its CEL is evaluated by a real
 API server in tests/e2e/test_isolation.py (hostile and normal TrainJobs of both Trainer shapes)."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ import re
 import pytest
 
 from config.labels import NODE_ROLE_LABEL
-from manifests import admission, platform_facts, trainer_api
-from manifests import kueue as kq
-from manifests import tenants as tn
-from manifests import trainjobs as tj
-from manifests.tenants import TEAM_LABEL
+from k8s.builders import admission, platform_facts, trainer_api
+from k8s.builders import kueue as kq
+from k8s.builders import tenants as tn
+from k8s.builders.tenants import TEAM_LABEL
 from tests.conftest import dev_config, objects, run_config
 from tests.test_tenants import TWO_TEAMS
+from workloads.builders import trainjobs as tj
 
 
 def _rendered_all() -> list[dict]:

@@ -11,8 +11,8 @@ import sys
 import pytest
 import torch
 
-from manifests.trainjobs import PROGRAMS_DIR, TINY_PROFILE
 from tools import fixture_hub
+from workloads.builders.trainjobs import PROGRAMS_DIR, TINY_PROFILE
 
 pytestmark = pytest.mark.slow
 DATA: list[str] = []  # --dataset-dir/--model-dir of the fixture the initializers would have written

@@ -201,9 +201,9 @@ def test_the_seed_stacks_render_in_seoul(stack):
 
 
 def test_region_name_rule_of_the_iam_policy_agrees_with_the_table():
-    """components.gpu_aws derives the partition from the region name (it must work for any region);
+    """infra.gpu_aws derives the partition from the region name (it must work for any region);
     the facts table states it: both must agree wherever the table knows the region."""
-    from components.gpu_aws import aws_partition
+    from infra.gpu_aws import aws_partition
 
     for region in aws_facts.regions():
         assert aws_partition(region) == aws_facts.partition(region), region

@@ -5,9 +5,9 @@ from collections import defaultdict
 
 import pytest
 
-from components.gpu_aws import efa_placement_group_name, interruption_queue_name, karpenter_controller_role_name, karpenter_node_role_name
 from config import names
 from config.names import IAM_ROLE, NAME_RULES, SQS_QUEUE, TAG_VALUE, aws_name
+from infra.gpu_aws import efa_placement_group_name, interruption_queue_name, karpenter_controller_role_name, karpenter_node_role_name
 from tests.conftest import dev_config, run_config
 
 LONGEST_CLUSTER = ("team-research-" + "x" * 100)[:100]  # as long as EKS (and _CLUSTER_NAME_RE) allow
@@ -139,7 +139,7 @@ def _name_problems(run) -> list[tuple[str, str, str]]:
     return problems
 
 
-# Node group names come from components/cluster.py; checked on their own below.
+# Node group names come from infra/cluster.py; checked on their own below.
 LEAD_OWNED = {("eks:index:ManagedNodeGroup", "nodeGroupName")}
 
 
@@ -155,7 +155,7 @@ def test_plan_with_longest_cluster_name_names_fit_and_are_unique(longest_run):
     assert problems == []
     named = {(r.type, r.name) for r in longest_run.registrations if isinstance(r.inputs.get("name"), str)}
     for expected in (("aws:iam/role:Role", "gpu-karpenter-node"), ("aws:iam/role:Role", "gpu-karpenter-controller"), ("aws:sqs/queue:Queue", "gpu-interruptions"), ("aws:ec2/placementGroup:PlacementGroup", "gpu-efa")):
-        assert expected in named  # the check saw the names of components/gpu_aws.py
+        assert expected in named  # the check saw the names of infra/gpu_aws.py
 
 
 def test_plan_with_longest_cluster_name_node_group_names_are_unique(longest_run):

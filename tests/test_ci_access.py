@@ -19,10 +19,10 @@ import stat
 import pytest
 
 import tools.mock_runtime as mock_runtime
-from components import deploy_state
-from components.cluster import CLUSTER_ADMIN_POLICY, VIEW_POLICY
 from config.schema import ConfigError
 from config.settings import load_settings
+from infra import deploy_state
+from infra.cluster import CLUSTER_ADMIN_POLICY, VIEW_POLICY
 from tests.conftest import PROJECT, dev_config, run_config, run_stack
 from tools import ci_reach
 

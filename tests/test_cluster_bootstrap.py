@@ -15,7 +15,7 @@ import json
 
 import pytest
 
-from components.cluster import admin_access_entries, iam_principal_of
+from infra.cluster import admin_access_entries, iam_principal_of
 from tests.conftest import PROJECT, dev_config, run_config, run_stack, stack_file
 from tools.mock_runtime import run_program
 
@@ -52,8 +52,8 @@ def test_coredns_version_follows_the_cluster_version(version, expected):
 def test_auto_mode_gets_coredns_for_its_managed_node_groups_only():
     """Auto Mode's DNS serves its own nodes; pods on the managed node groups need CoreDNS, kept off
     Auto Mode's nodes; a karpenter-mode stack's CoreDNS keeps the add-on's default placement."""
-    from components.cluster import coredns_configuration
-    from manifests.scheduling import affinity_misses
+    from infra.cluster import coredns_configuration
+    from k8s.builders.scheduling import affinity_misses
 
     run = run_config(dev_config(gpuPool={"mode": "auto"}))
     assert _cluster_inputs(run)["corednsAddonOptions"]["enabled"] is False
@@ -131,8 +131,7 @@ def test_access_entries_reach_pulumi_eks_as_a_plain_map(monkeypatch):
     import pulumi
     import pulumi_eks
 
-    import components.cluster
-
+    import infra.cluster
     seen = []
     original = pulumi_eks.Cluster
 
@@ -140,7 +139,7 @@ def test_access_entries_reach_pulumi_eks_as_a_plain_map(monkeypatch):
         seen.append(kwargs.get("access_entries"))
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(components.cluster.eks, "Cluster", recording)
+    monkeypatch.setattr(infra.cluster.eks, "Cluster", recording)
     run_program(str(PROJECT), "prod", stack_config=stack_file("prod"), caller_arn="arn:aws:sts::210987654321:assumed-role/ci-deployer/s")
     assert len(seen) == 1 and isinstance(seen[0], dict) and not isinstance(seen[0], pulumi.Output)
     assert all(isinstance(v, pulumi_eks.AccessEntryArgs) for v in seen[0].values())

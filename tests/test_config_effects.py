@@ -116,7 +116,7 @@ def test_guards_that_would_guard_nothing_are_refused(jobs, key, text):
 def test_guards_that_guard_are_taken_and_watchdog_less_programs_get_no_watchdog_env():
     s = ok({"trainjobs": {"ddp": {"enabled": True, "stallTimeoutSeconds": 0, "activeDeadlineSeconds": 7200}, "fsdp": {"enabled": True, "stallTimeoutSeconds": 300}}})
     assert s.trainjobs.fsdp.stall_timeout_seconds == 300
-    from manifests.trainjobs import STALL_ENV, _stall_env
+    from workloads.builders.trainjobs import STALL_ENV, _stall_env
 
     assert _stall_env(s.trainjobs.fsdp) == [{"name": STALL_ENV, "value": "300"}]
     assert _stall_env(s.trainjobs.tf) == [] and _stall_env(s.trainjobs.nccl_check) == []

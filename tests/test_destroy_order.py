@@ -5,8 +5,8 @@ import re
 
 import pytest
 
-from manifests.trainjobs import WORKLOADS
 from tests.conftest import dev_config, run_config, run_stack
+from workloads.builders.trainjobs import WORKLOADS
 
 
 class Graph:
@@ -57,7 +57,7 @@ def test_trainjobs_go_before_runtimes_code_storage_and_node_pools(graph):
         assert len(job) == 1 and len(runtime) == 1, (w.name, jobs)
         graph.all_reach(job, runtime)
     graph.all_reach(jobs, graph.find(":NodePool") + graph.find(":EC2NodeClass"))
-    ops = "platform-ops"  # the smoke check's and the TrainJob cleanup's objects (manifests/operations.py), unrelated to the jobs
+    ops = "platform-ops"  # the smoke check's and the TrainJob cleanup's objects (k8s/builders/operations.py), unrelated to the jobs
     graph.all_reach(jobs, graph.find(":PersistentVolumeClaim") + [u for u in graph.find(":ConfigMap") + graph.find(":Namespace") if ops not in u])
 
 

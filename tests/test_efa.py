@@ -13,9 +13,9 @@ from __future__ import annotations
 import pytest
 
 from config import catalog
-from manifests import gpu_objects as g
-from manifests.trainjobs import EFA_ENV
+from k8s.builders import gpu_objects as g
 from tests.conftest import dev_config, objects, run_config, run_stack
+from workloads.builders.trainjobs import EFA_ENV
 
 # EC2 DescribeInstanceTypes NetworkInfo.EfaInfo.MaximumEfaInterfaces for every EFA type of the
 # catalog, as published in karpenter-provider-aws v1.14.1
@@ -112,7 +112,7 @@ def _check_jobs_fit_their_nodes(run) -> int:
 
 
 def _node_selector(job: dict) -> dict:
-    from manifests import trainer_api
+    from k8s.builders import trainer_api
 
     return trainer_api.read_pod_customization(job["spec"])["nodeSelector"]
 

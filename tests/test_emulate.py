@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from manifests.runtimes import failure_policy, pod_failure_policy
+from k8s.builders.runtimes import failure_policy, pod_failure_policy
 from tests.conftest import PROJECT, dev_config, objects, run_stack
 from tools.emulate import PodExit, emulate, job_failure, job_from_objects, jobset_rule, load_job, summary_line
 
@@ -166,9 +166,9 @@ def test_v2_1_trainjob_shape_runs_the_same_way(tmp_path):
 
 def test_tiny_profile_has_samples_for_every_step_at_any_world_size():
     """With 2 nodes x 4 processes the README's fault at step 5 must still happen."""
-    from manifests.trainjobs import TINY_PROFILE
     from tools.emulate import max_steps, sized_profile
     from tools.fixture_hub import FIXTURE_ROWS
+    from workloads.builders.trainjobs import TINY_PROFILE
 
     for kind, profile in TINY_PROFILE.items():
         if max_steps(profile) is None:  # the all-reduce check: no training steps

@@ -11,7 +11,7 @@ per team. Upstream facts encoded here:
 
 from __future__ import annotations
 
-from manifests import kueue as kq
+from k8s.builders import kueue as kq
 from tests.conftest import dev_config, objects, run_config, run_stack
 
 HELM = "kubernetes:helm.sh/v3:Release"
@@ -78,8 +78,8 @@ def test_alarms_on_a_topic_with_their_metrics_and_thresholds():
         assert (a["namespace"], a["metricName"], a["statistic"], a["comparisonOperator"], a["threshold"]) == (ns, metric, stat, op, threshold), key
         assert a["treatMissingData"] == "notBreaching"  # no GPU node or no job: no alarm
     assert alarms["gpus-idle"]["period"] * alarms["gpus-idle"]["evaluationPeriods"] == 60 * 60  # idleMinutes 60
-    # a Container Insights alarm names a dimension set the CloudWatch agent publishes (components/alarms.py)
-    from components.alarms import CONTAINER_INSIGHTS_DIMENSIONS
+    # a Container Insights alarm names a dimension set the CloudWatch agent publishes (infra/alarms.py)
+    from infra.alarms import CONTAINER_INSIGHTS_DIMENSIONS
 
     for key in ("gpus-idle", "nodes-not-ready"):
         a = alarms[key]
@@ -97,7 +97,7 @@ def test_the_metric_filters_match_the_lines_the_programs_print():
 
     import trainlib
 
-    from components.alarms import ALERT_TOKENS, metric_filters
+    from infra.alarms import ALERT_TOKENS, metric_filters
 
     assert ALERT_TOKENS == trainlib.ALERT_TOKENS  # one list, on both sides of the pipe
     for kind, f in metric_filters("c").items():

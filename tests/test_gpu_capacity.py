@@ -5,7 +5,7 @@ import pytest
 from config import catalog
 from config.schema import ConfigError
 from config.settings import load_settings
-from manifests import gpu_objects as g
+from k8s.builders import gpu_objects as g
 from tests.conftest import dev_config, find, objects, run_config, run_stack
 from tools import validate as v
 
@@ -80,7 +80,7 @@ def test_karpenter_mode_plan_has_release_iam_queue_and_rules():
 
 
 def test_controller_policy_is_scoped_to_the_cluster():
-    from components.gpu_aws import karpenter_controller_policy
+    from infra.gpu_aws import karpenter_controller_policy
 
     pol = karpenter_controller_policy(cluster_name="c1", region="us-west-2", account="123456789012", node_role_arn="arn:aws:iam::123456789012:role/n", queue_arn="arn:aws:sqs:us-west-2:123456789012:q")
     by_sid = {s["Sid"]: s for s in pol["Statement"]}

@@ -19,9 +19,9 @@ from pydantic import BaseModel
 
 from config.infra_models import TrainerSettings
 from config.settings import ConfigError, load_settings
-from manifests import runtimes as rt
-from manifests import trainer_api
-from manifests.runtimes import GRACE_ENV
+from k8s.builders import runtimes as rt
+from k8s.builders import trainer_api
+from k8s.builders.runtimes import GRACE_ENV
 from tests.conftest import dev_config, objects, run_config, stack_file
 from tools import emulate
 from tools import validate as v

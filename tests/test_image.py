@@ -11,10 +11,10 @@ import shutil
 import pytest
 
 import versions
-from components import build_context, registry
 from config.names import ECR_REPOSITORY
 from config.settings import TrainerSettings
-from manifests.runtimes import EFA_ENV
+from infra import build_context, registry
+from k8s.builders.runtimes import EFA_ENV
 from tests.conftest import PROJECT, dev_config, find, run_config, run_stack
 from versions import WORKLOAD_BUILD_ARGS
 
@@ -67,8 +67,8 @@ def test_efa_environment_is_set_per_job_not_in_the_image():
 def test_image_runs_as_the_non_root_user_the_runtimes_and_volumes_are_prepared_for():
     """The image ends as the uid the runtimes run trainer pods as, and the uid the checkpoint
     volume's root is handed to before jobs start (a new FSx/EFS root is root-owned, no fsGroup)."""
-    from manifests.runtimes import torch_runtime
-    from manifests.volume_setup import checkpoint_owner_job, owner_script
+    from k8s.builders.runtimes import torch_runtime
+    from k8s.builders.volume_setup import checkpoint_owner_job, owner_script
 
     run = " ".join(rest for word, rest in instructions() if word == "RUN")
     assert 'useradd --uid "${TRAINING_UID}"' in run
@@ -118,7 +118,7 @@ def test_tag_follows_what_the_build_reads(tmp_path: pathlib.Path):
     assert registry.image_tag(ctx) != changed, "COPY keeps the mode and the provider hashes it: a mode change is a new tag"
 
 
-# --- the context the provider hashes (pulumi-docker-build 0.0.22, components/build_context.py) ---
+# --- the context the provider hashes (pulumi-docker-build 0.0.22, infra/build_context.py) ---
 
 
 def test_the_provider_hashes_exactly_what_the_tag_hashes():

@@ -14,13 +14,13 @@ import re
 import pytest
 
 import versions
-from components import registry
 from config.settings import load_settings
-from manifests import images
-from manifests import trainjobs as tj
+from infra import registry
+from k8s.builders import images
 from tests.conftest import PROJECT, dev_config, find, run_config, run_stack
 from tools.render import manifests
 from trainctl import code, objects
+from workloads.builders import trainjobs as tj
 
 SHIPPED = sorted(p.name.split(".")[1] for p in PROJECT.glob("Pulumi.*.yaml"))
 RELEASE = "kubernetes:helm.sh/v3:Release"

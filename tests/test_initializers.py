@@ -13,13 +13,13 @@ import pytest
 
 from config.schema import ConfigErrors
 from config.settings import load_settings
-from manifests import runtimes as rt
-from manifests import trainer_api
-from manifests import trainjobs as tj
+from k8s.builders import runtimes as rt
+from k8s.builders import trainer_api
 from tests.conftest import dev_config, objects, run_config, stack_file
 from tools import fixture_hub
 from tools import validate as v
 from tools.emulate import emulate, job_from_objects, load_job
+from workloads.builders import trainjobs as tj
 
 VERSIONS = ["v2.1.0", "v2.3.0"]
 RESERVED_ENV_CONTAINERS = {trainer_api.DATASET_INITIALIZER, trainer_api.MODEL_INITIALIZER, trainer_api.TRAINER_JOB}
@@ -416,9 +416,9 @@ def test_workspace_setup_makes_the_directory_or_says_in_one_line_why_not(tmp_pat
 
 def test_a_team_may_send_the_initializers_content_key():
     """The annotation is no platform or controller key, which the team TrainJob policy refuses in a
-    team's patches (manifests/admission.py RESERVED_KEY_RE): a team's own job on the runtime with
+    team's patches (k8s/builders/admission.py RESERVED_KEY_RE): a team's own job on the runtime with
     initializers sends it as the stack's FSDP job does."""
-    from manifests import admission
+    from k8s.builders import admission
 
     assert not re.match(admission.RESERVED_KEY_RE, rt.INITIALIZED_KEY_ANNOTATION)
     assert re.match(admission.RESERVED_KEY_RE, "training-platform/initialized-key")  # the check can refuse

@@ -14,12 +14,12 @@ import versions
 from config import catalog
 from config.schema import ConfigError, ConfigErrors
 from config.settings import DdpJobSettings, NcclCheckSettings, TfJobSettings, load_settings
-from incluster.tf_config import worker_hosts
-from manifests import runtimes as rt
-from manifests import trainjobs as tj
+from k8s.builders import runtimes as rt
+from k8s.pods.tf_config import worker_hosts
 from tests.conftest import PROJECT, dev_config, find, objects, run_config, run_stack
 from tools import validate as v
 from tools.emulate import TF_VENV, emulate, job_from_objects, load_job, summary_line
+from workloads.builders import trainjobs as tj
 
 sys.path.insert(0, str(tj.PROGRAMS_DIR))  # the programs import trainlib by name, as in the image
 allreduce_check = importlib.import_module("allreduce_check")
@@ -125,7 +125,7 @@ def test_tf_and_nccl_check_trainjobs_render_and_validate_for_each_trainer_versio
     assert node["command"] == rt.tf_config_wrapper()
     launch = "/opt/training/code/launch.py"  # the node's preflight and exit codes, as for every GPU job
     assert trainer["args"] == ["python3", launch, "python3", launch, "--worker", "python3", "/opt/training/code/tf_mnist.py", "--epochs", "3", "--checkpoint-dir", "/mnt/checkpoints/tf-mnist"]
-    # the default TensorFlow image, as the stack's ECR copy of it (components/registry.py ImageMirror)
+    # the default TensorFlow image, as the stack's ECR copy of it (infra/registry.py ImageMirror)
     assert trainer["image"].startswith("123456789012.dkr.ecr.us-west-2.amazonaws.com/training-dev-mirror/docker.io/" + versions.TENSORFLOW_RUNTIME_IMAGE + "@sha256:") and trainer["numNodes"] == 2
     assert trainer["numProcPerNode"] == 1 and trainer["resourcesPerNode"]["limits"]["nvidia.com/gpu"] == 1  # one worker drives the node's GPUs
 
@@ -138,7 +138,7 @@ def test_tf_and_nccl_check_trainjobs_render_and_validate_for_each_trainer_versio
 
 
 def trainer_api_code_volume(job: dict) -> str:
-    from manifests import trainer_api
+    from k8s.builders import trainer_api
 
     return next(vol["configMap"]["name"] for vol in trainer_api.read_pod_customization(job["spec"])["volumes"] if "configMap" in vol)
 
@@ -150,8 +150,8 @@ def test_nccl_check_on_p5_gets_the_catalog_pass_mark_every_efa_device_and_the_ef
     assert trainer["args"] == ["--min-busbw-gbps", "400"]
     assert trainer["numProcPerNode"] == 8 and trainer["resourcesPerNode"]["limits"]["vpc.amazonaws.com/efa"] == 32
     assert {"name": "FI_PROVIDER", "value": "efa"} in trainer["env"]
-    from manifests import trainer_api
-    from manifests.gpu_objects import EFA_LABEL
+    from k8s.builders import trainer_api
+    from k8s.builders.gpu_objects import EFA_LABEL
 
     selector = trainer_api.read_pod_customization(job["spec"])["nodeSelector"]
     assert selector[EFA_LABEL] == "true" and selector["topology.kubernetes.io/zone"] == "us-west-2a"

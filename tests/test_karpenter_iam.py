@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from components.gpu_aws import (
+from infra.gpu_aws import (
     CONTROLLER_POLICY_GROUPS,
     INTERRUPTION_EVENTS,
     MANAGED_POLICY_MAX_CHARS,

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import pytest
 
-from manifests import trainer_api
-from manifests.gpu_objects import POOL_LABEL
+from k8s.builders import trainer_api
+from k8s.builders.gpu_objects import POOL_LABEL
 from tests.conftest import dev_config, objects, run_config, stack_file
 from tools.cluster.apply import _quantity
 from trainctl import code

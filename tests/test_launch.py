@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from manifests.trainjobs import PROGRAMS_DIR
+from workloads.builders.trainjobs import PROGRAMS_DIR
 
 LAUNCH = str(PROGRAMS_DIR / "launch.py")
 

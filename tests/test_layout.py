@@ -9,15 +9,26 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-PACKAGES = ("config", "manifests", "components", "incluster", "trainctl", "tools", "policy", "bench", "workloads")
-# which role may import which: config is the base; builders make plain objects; components are Pulumi
+PACKAGES = ("config", "infra", "k8s", "workloads", "trainctl", "tools", "policy", "bench")
+# Roles, most specific first (a module's role is the longest prefix of its name listed here), and
+# whom each may import. The layers, bottom up: config (typed settings and facts); pure builders
+# (Kubernetes objects as plain dicts, no Pulumi); the AWS side's components; the Kubernetes side's
+# components (they register the builders' objects on the AWS side's cluster); the runs. Programs
+# that run in pods or in the training image import only their own kind.
 MAY_IMPORT = {
     "config": {"config", "versions"},
-    "manifests": {"config", "manifests", "versions"},
-    "incluster": {"incluster"},
-    "trainctl": {"config", "manifests", "trainctl", "versions"},
-    "components": {"config", "manifests", "components", "versions"},
+    "k8s.builders": {"config", "k8s.builders", "versions"},
+    "workloads.builders": {"config", "k8s.builders", "workloads.builders", "versions"},
+    "k8s.pods": {"k8s.pods"},
+    "workloads.programs": {"workloads.programs"},
+    "infra": {"config", "k8s.builders", "infra", "versions"},
+    "k8s": {"config", "k8s.builders", "infra", "k8s", "versions"},
+    "workloads": {"config", "k8s.builders", "workloads.builders", "infra", "k8s", "workloads", "versions"},
+    "trainctl": {"config", "k8s.builders", "workloads.builders", "trainctl", "versions"},
 }
+PURE = ("config", "k8s.builders", "workloads.builders", "k8s.pods", "workloads.programs", "trainctl")
+"""Roles that never load Pulumi: what the CLI, the pods and the training image import."""
+
 LONGEST = 500
 
 
@@ -105,13 +116,55 @@ def test_the_circle_finder_finds_a_circle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+def role_of(name: str) -> str | None:
+    """The longest prefix of a module's dotted name that MAY_IMPORT lists."""
+    parts = name.split(".")
+    return next((".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in MAY_IMPORT), None)
+
+
 def test_imports_flow_one_way_by_role():
     wrong = []
     for name, deps in graph().items():
-        role = name.split(".")[0]
-        if role in MAY_IMPORT:
-            wrong += [f"{name} imports {d}" for d in sorted(deps) if d.split(".")[0] not in MAY_IMPORT[role]]
+        role = role_of(name)
+        if role is not None:
+            wrong += [f"{name} imports {d}" for d in sorted(deps) if (role_of(d) or d) not in MAY_IMPORT[role]]
     assert wrong == []
+
+
+def test_the_role_rule_notices_a_wrong_import():
+    assert role_of("k8s.builders.tenants") == "k8s.builders" and role_of("k8s.tenants") == "k8s" and role_of("workloads.programs.launch") == "workloads.programs"
+    assert "infra" not in MAY_IMPORT["k8s.builders"] and "k8s" not in MAY_IMPORT["infra"] and "workloads" not in MAY_IMPORT["k8s"]
+
+
+PULUMI = ("pulumi", "pulumi_aws", "pulumi_eks", "pulumi_kubernetes", "pulumi_docker_build")
+DATA_ONLY = {"pulumi_aws.Region", "pulumi_aws.ec2.InstanceType"}
+"""Enums the settings read as maintained lists of AWS facts (config/aws_facts.py), inside the function
+that needs them: no Pulumi runtime comes with them."""
+
+
+def test_pure_roles_load_no_pulumi():
+    """Builders, settings, pod programs and the CLI are plain Python: none imports Pulumi, anywhere in it."""
+    wrong = []
+    for name, path in modules().items():
+        if role_of(name) in PURE:
+            tree = ast.parse(path.read_text())
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and not node.level:
+                    names = [f"{node.module}.{a.name}" for a in node.names]
+                else:
+                    continue
+                wrong += [f"{name} imports {n}" for n in names if n.split(".")[0] in PULUMI and n not in DATA_ONLY]
+    assert wrong == []
+
+
+def test_every_package_says_its_role_first():
+    """Every package's ``__init__.py`` opens with what it holds and, where a rule applies, whom it may import."""
+    packages = {name: path for name, path in modules().items() if path.name == "__init__.py"}
+    silent = sorted(name for name, path in packages.items() if not ast.get_docstring(ast.parse(path.read_text())))
+    rule_unsaid = sorted(name for name in packages if name in MAY_IMPORT and name not in ("config", "trainctl") and "May import" not in (ast.get_docstring(ast.parse(packages[name].read_text())) or ""))
+    assert (silent, rule_unsaid) == ([], [])
 
 
 def test_the_cli_loads_no_pulumi():

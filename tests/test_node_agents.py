@@ -14,10 +14,10 @@ import pytest
 
 import versions
 from config import node_agents as table
-from incluster.preflight_fence import TAINT as FENCE_TAINT
-from manifests import gpu_objects as g
-from manifests import node_agents as na
-from manifests import scheduling as s
+from k8s.builders import gpu_objects as g
+from k8s.builders import node_agents as na
+from k8s.builders import scheduling as s
+from k8s.pods.preflight_fence import TAINT as FENCE_TAINT
 from tests.conftest import dev_config, run_config, run_stack
 from tools import node_agents as tna
 

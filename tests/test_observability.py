@@ -14,15 +14,15 @@ import pytest
 import yaml
 
 import versions
-from components import observability as obs
 from config.schema import ConfigError
 from config.settings import LOG_RETENTION_DAYS, load_settings
-from incluster import trainjob_cleanup as tc
-from manifests import gpu_objects as g
-from manifests import operations as kobs
-from manifests import trainjobs as tj
+from infra import observability as obs
+from k8s.builders import gpu_objects as g
+from k8s.builders import operations as kobs
+from k8s.pods import trainjob_cleanup as tc
 from tests.conftest import PROJECT, dev_config, find, objects, run_config, run_stack
 from tools import validate as v
+from workloads.builders import trainjobs as tj
 from workloads.programs import trainlib
 
 ADDON = "aws:eks/addon:Addon"
@@ -326,7 +326,7 @@ def test_smoke_check_job_runs_on_one_gpu_of_the_gpu_pool_and_pulumi_waits_for_it
     assert pod["nodeSelector"][g.POOL_LABEL] == g.GPU_POOL and pod["nodeSelector"]["node.kubernetes.io/instance-type"] == "g5.xlarge"  # fewest GPUs in the pool
     assert kobs.tolerates(pod["tolerations"], g.GPU_TAINT) and pod["restartPolicy"] == "Never"
     c = pod["containers"][0]
-    # the training image's CUDA/PyTorch base, as the stack's ECR copy of it (components/registry.py ImageMirror)
+    # the training image's CUDA/PyTorch base, as the stack's ECR copy of it (infra/registry.py ImageMirror)
     assert c["resources"]["limits"]["nvidia.com/gpu"] == 1 and c["image"].startswith("123456789012.dkr.ecr.us-west-2.amazonaws.com/training-dev-mirror/docker.io/" + versions.WORKLOAD_BASE_IMAGE + "@sha256:")
     assert c["command"][-1].startswith("nvidia-smi && exec python3 ")
     assert job["spec"]["backoffLimit"] <= 1 and "ttlSecondsAfterFinished" not in job["spec"]  # Pulumi keeps tracking the Job it waited for

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from components.network import subnet_plan
+from infra.network import subnet_plan
 from tests.conftest import PROJECT, dev_config, run_config, run_stack
 from tools.mock_runtime import ProgramError
 
@@ -178,7 +178,7 @@ def test_render_cli_writes_plan_and_fails_cleanly_on_bad_config(tmp_path):
 
 
 def test_vpc_spans_the_zones_jobs_and_efa_are_pinned_to():
-    from components.network import pick_zones
+    from infra.network import pick_zones
 
     assert pick_zones(["us-west-2a", "us-west-2b", "us-west-2c", "us-west-2d"], ["us-west-2d"], 2) == ["us-west-2d", "us-west-2a"]
     assert pick_zones(["a", "b", "c"], [], 2) == ["a", "b"]

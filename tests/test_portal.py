@@ -26,7 +26,7 @@ from kubernetes import client
 
 import versions
 from config.portal_models import PortalSettings
-from manifests import portal as mp
+from k8s.builders import portal as mp
 from trainctl.portal import identity, upload
 from trainctl.portal.app import Settings, create_app
 from trainctl.portal.identity import AlbIdentity, TeamLogin, Unauthorized, kubeconfig_headers

@@ -53,7 +53,7 @@ def test_every_gpu_runtime_runs_the_preflight_and_every_job_says_what_it_expects
 
 
 def test_the_fence_taints_the_nodes_a_preflight_failed_on():
-    from incluster import preflight_fence as fence  # shipped as the CronJob's ConfigMap
+    from k8s.pods import preflight_fence as fence  # shipped as the CronJob's ConfigMap
 
     def pod(node, exit_code, message, where="state"):
         return {"spec": {"nodeName": node}, "status": {"containerStatuses": [{"name": "node", where: {"terminated": {"exitCode": exit_code, "message": message}}}]}}

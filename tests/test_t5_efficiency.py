@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from bench.common import run_program
-from manifests.trainjobs import PROGRAMS_DIR
+from workloads.builders.trainjobs import PROGRAMS_DIR
 
 sys.path.insert(0, str(PROGRAMS_DIR))  # the programs import trainlib by name, as in the image
 import checkpoints  # noqa: E402

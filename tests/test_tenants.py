@@ -7,8 +7,8 @@ import yaml
 
 from config.schema import ConfigError, ConfigErrors
 from config.settings import load_settings
-from manifests import kueue as kq
-from manifests import tenants as tn
+from k8s.builders import kueue as kq
+from k8s.builders import tenants as tn
 from tests.conftest import dev_config, find, objects, run_config
 from tools import validate as v
 
@@ -286,7 +286,7 @@ def test_initializer_pod_sets_take_the_system_flavor_not_a_gpu_pool():
     pinned to the system nodes) must fit the system flavor, whose node labels they already select;
     GPU pod sets cannot (no GPU quota there) and move on to a GPU pool."""
     from config.settings import TrainerSettings
-    from manifests.runtimes import torch_hf_runtime
+    from k8s.builders.runtimes import torch_hf_runtime
 
     flavor = kq.system_resource_flavor()
     quota = kq._system_quantities()
@@ -313,7 +313,7 @@ def test_directories_under_initializer_sub_paths_stay_readable_for_the_training_
     traverse it: mode 0755 on the training namespace's root and on each team's directory."""
     import re
 
-    from manifests.volume_setup import owner_script
+    from k8s.builders.volume_setup import owner_script
 
     for script in (owner_script(1000), tn.tenant_dirs_script(["vision", "nlp"], 1000)):
         modes = re.findall(r"chmod (0[0-7]{3})", script)

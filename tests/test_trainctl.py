@@ -15,11 +15,11 @@ import urllib.parse
 import pytest
 import yaml
 
-from manifests import trainer_api
-from manifests import trainjobs as tj
+from k8s.builders import trainer_api
 from tools import emulate
 from tools import validate as schema_validation
 from trainctl import cli, code, objects
+from workloads.builders import trainjobs as tj
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "trainctl"
 NS = "vision"
@@ -571,7 +571,7 @@ def test_a_job_may_ask_for_its_own_grace_period(proj, capsys):
 
 def test_grace_seconds_pick_a_published_variant_or_are_refused_naming_them(api, proj, capsys):
     from config.infra_models import TrainerSettings
-    from manifests import runtimes as rt
+    from k8s.builders import runtimes as rt
 
     published = [rt.torch_runtime(TrainerSettings(), grace) for grace in (None, 600)]
     api.on("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", fixture("ssar-allowed.json"), 201)

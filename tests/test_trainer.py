@@ -7,8 +7,8 @@ import pytest
 
 from config.schema import ConfigError
 from config.settings import TrainerSettings, load_settings
-from incluster.tf_config import from_env, tf_config, worker_hosts
-from manifests import runtimes as rt
+from k8s.builders import runtimes as rt
+from k8s.pods.tf_config import from_env, tf_config, worker_hosts
 from tests.conftest import dev_config, objects, run_config, run_stack
 from tools import validate as v
 

@@ -15,8 +15,8 @@ import pytest
 import trainer_status  # the programs directory is on sys.path (tests/conftest.py), as in the image
 
 from config.settings import ConfigError, TrainerSettings, load_settings
-from manifests import tenants, trainer_api
-from manifests.runtimes import trainer_chart_values
+from k8s.builders import tenants, trainer_api
+from k8s.builders.runtimes import trainer_chart_values
 from tools.cluster import pki
 from trainctl import progress
 

@@ -17,11 +17,11 @@ import yaml
 
 from config.run_config import RUN_PROJECT, load_run
 from config.schema import ConfigErrors
-from manifests import job_platform
-from manifests import trainjobs as tj
 from tests.conftest import PROJECT, dev_config, run_config, run_stack
 from tools import render
 from tools.mock_runtime import ProgramError, ProgramRun, run_program
+from workloads.builders import job_platform
+from workloads.builders import trainjobs as tj
 
 WORKLOADS = PROJECT / "workloads"
 DEV = "organization/training-platform/dev"

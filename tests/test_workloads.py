@@ -4,10 +4,10 @@ import pytest
 
 from config.schema import ConfigError
 from config.settings import load_settings
-from manifests import trainer_api
-from manifests import trainjobs as tj
+from k8s.builders import trainer_api
 from tests.conftest import dev_config, find, objects, run_config, run_stack
 from tools import validate as v
+from workloads.builders import trainjobs as tj
 
 P5_EFA = {"efa": {"enabled": True, "availabilityZone": "us-west-2a", "instanceTypes": ["p5.48xlarge"]}, "gpuPool": {"gpuLimit": 64}}
 
@@ -162,7 +162,7 @@ def test_trainjobs_start_only_after_the_checkpoint_root_is_handed_to_the_trainin
     """The trainer pods run as the non-root uid; a new FSx/EFS root is root-owned, so the
     checkpoint-owner Job (run as root with CAP_CHOWN only) must complete before any TrainJob."""
     import versions
-    from manifests.volume_setup import owner_script
+    from k8s.builders.volume_setup import owner_script
 
     run = run_stack("dev")
     (owner,) = [r for r in run.registrations if r.type == "kubernetes:batch/v1:Job" and r.inputs["metadata"]["name"].startswith("checkpoint-owner-")]

@@ -1,7 +1,7 @@
 """Draw a layout preview of the CloudWatch dashboard the stack creates (docs/dashboard.png).
 
 The preview is drawn from the same dashboard body the stack registers
-(``components.observability.dashboard_body``), for the dev stack's settings: every widget at its grid
+(``infra.observability.dashboard_body``), for the dev stack's settings: every widget at its grid
 position with its title and what it shows (the metric or the Logs Insights query). It is not a
 screenshot and shows no data. Needs Pillow (tools/requirements-preview.txt):
 
@@ -15,7 +15,7 @@ import re
 import textwrap
 from dataclasses import dataclass
 
-from components.observability import DASHBOARD_GRID_WIDTH, dashboard_body
+from infra.observability import DASHBOARD_GRID_WIDTH, dashboard_body
 
 UNIT_X, UNIT_Y = 40, 36  # pixels per dashboard grid unit
 MARGIN = 16

@@ -13,7 +13,7 @@ import sys
 
 import yaml
 
-from manifests import trainer_api
+from k8s.builders import trainer_api
 
 
 def _merge_named(base: list[dict], extra: list[dict]) -> list[dict]:

@@ -53,8 +53,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 
-from manifests import trainer_api
-from manifests.trainjobs import TINY_PROFILE
+from k8s.builders import trainer_api
 from tools.emulator_mounts import in_pod_namespaces
 from tools.emulator_objects import (  # noqa: F401
     BACKOFF_LIMIT_EXCEEDED,
@@ -93,6 +92,7 @@ from tools.emulator_output import DEFAULT_LOG_MAX_BYTES, CappedLog
 from tools.emulator_pods import container_exit_code as _container_exit_code  # noqa: F401
 from tools.emulator_pods import request_stop, say
 from tools.emulator_pods import run_pods as _run_pods
+from workloads.builders.trainjobs import TINY_PROFILE
 
 # --- failure policies --------------------------------------------------------------------------
 
@@ -185,7 +185,7 @@ def _node_env(job: Job, node: int, port: int, fault: tuple[str, int] | None, tmp
     env.update(
         PET_NNODES=str(job.num_nodes), PET_NPROC_PER_NODE=str(job.nproc_per_node), PET_NODE_RANK=str(node),
         PET_MASTER_ADDR="127.0.0.1", PET_MASTER_PORT=str(port),
-        TF_PORT=str(tf_port),  # the TF_CONFIG wrapper (incluster/tf_config.py): worker i listens on TF_PORT + i here
+        TF_PORT=str(tf_port),  # the TF_CONFIG wrapper (k8s/pods/tf_config.py): worker i listens on TF_PORT + i here
     )
     return env
 

@@ -10,11 +10,11 @@ import sys
 from dataclasses import dataclass, field
 
 from config.stack_file import StackFileError
-from manifests import trainer_api
-from manifests.trainjobs import JOB_LABEL, TF_RUNTIME, TINY_PROFILE, WORKLOAD_BY_KIND
+from k8s.builders import trainer_api
 from tools import stack_refs
 from tools.mock_runtime import ProgramError, run_program, stack_config_of
 from tools.render import PROJECT_DIR, manifests
+from workloads.builders.trainjobs import JOB_LABEL, TF_RUNTIME, TINY_PROFILE, WORKLOAD_BY_KIND
 
 TF_VENV = ".venv-tf"  # make emulate JOB=tf: TensorFlow for the TF job (workloads/requirements-tf.txt)
 
@@ -206,7 +206,7 @@ def write_configmap(cm: dict, items: list[dict] | None, local: str) -> None:
 
 def _with_grace_class(stack: str, stack_config: dict | None, grace: int) -> list[dict]:
     """The stack's runtimes rendered with ``grace`` among its ``trainer.graceClasses`` (a TrainJob
-    of ``trainctl submit --grace-seconds`` names that variant: manifests/runtimes.py)."""
+    of ``trainctl submit --grace-seconds`` names that variant: k8s/builders/runtimes.py)."""
     import copy
 
     from config.stack_file import load_stack_file
@@ -229,7 +229,7 @@ def load_trainjob_file(path: str, stack: str, work_dir: str, python: str | None 
     command (the program is the user's, not a platform job with a tiny profile)."""
     import yaml
 
-    from manifests.runtimes import FRAMEWORK_LABEL, RUNTIME_LABEL
+    from k8s.builders.runtimes import FRAMEWORK_LABEL, RUNTIME_LABEL
 
     try:
         with open(path) as fh:
@@ -285,13 +285,13 @@ def _volume_dir(vol: dict, vm: dict, env: dict[str, str], work_dir: str) -> str:
 
 def _trainer_initializer(rj: dict, tj: dict, work_dir: str, hub_dir: str | None) -> InitJob | None:
     """The Trainer's dataset/model initializer job of the runtime, as the Trainer fills it from the
-    TrainJob (manifests.trainer_api: STORAGE_URI from ``spec.initializer.<kind>.storageUri``, its
+    TrainJob (k8s.builders.trainer_api: STORAGE_URI from ``spec.initializer.<kind>.storageUri``, its
     ``env``), run as :mod:`tools.fixture_hub`'s emulated initializer against a local hub. None for
     other replicated jobs. Downward-API env resolves ``metadata.labels['jobset.sigs.k8s.io/jobset-name']``
     to the TrainJob's name (the JobSet's). A ``secretRef`` is not emulated (no Secrets here; the
     local hub needs no token). ``hub_dir`` None: a fixture hub under ``work_dir`` with tiny
     stand-ins for the repos the TrainJob names."""
-    from manifests.runtimes import ANCESTOR_LABEL, JOBSET_NAME_LABEL
+    from k8s.builders.runtimes import ANCESTOR_LABEL, JOBSET_NAME_LABEL
     from tools import fixture_hub
 
     ancestor = rj["template"].get("metadata", {}).get("labels", {}).get(ANCESTOR_LABEL)

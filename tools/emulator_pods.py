@@ -24,7 +24,7 @@ import threading
 import time
 import uuid
 
-from manifests.runtimes import GRACE_ENV  # the pod's terminationGracePeriodSeconds, in its env
+from k8s.builders.runtimes import GRACE_ENV  # the pod's terminationGracePeriodSeconds, in its env
 from tools.emulator_objects import EVENT, K8S_DEFAULT_GRACE_S, SIGTERM_LINE, Attempt, PodExit
 from tools.emulator_output import read_lines
 from trainctl import proctree

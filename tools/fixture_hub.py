@@ -34,7 +34,7 @@ import shutil
 import sys
 from urllib.parse import urlparse
 
-from manifests import trainer_api
+from k8s.builders import trainer_api
 
 FIXTURE_ROWS = 1024  # enough for the tiny profile's 12 steps x batch 4 on up to 16 processes
 TINY_T5 = {"d_model": 64, "d_ff": 128, "num_layers": 2, "num_decoder_layers": 2, "num_heads": 4, "d_kv": 16, "vocab_size": 512}

@@ -1,5 +1,5 @@
 """Which node agents a rendered plan installs, with which values, and the node kinds it makes; then
-``manifests/node_agents.py``'s check of every agent against every node kind it must run on.
+``k8s/builders/node_agents.py``'s check of every agent against every node kind it must run on.
 
 Usage: python -m tools.node_agents --stack dev   (prints every finding; exit 1 if one is not a known gap)
 
@@ -22,9 +22,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from config.node_agents import Agent, agents
-from incluster.preflight_fence import TAINT as FENCE_TAINT
-from manifests import node_agents as na
-from manifests.operations import FENCE, OPS_NAMESPACE
+from k8s.builders import node_agents as na
+from k8s.builders.operations import FENCE, OPS_NAMESPACE
+from k8s.pods.preflight_fence import TAINT as FENCE_TAINT
 from tools.mock_runtime import ProgramRun, run_program
 from tools.render import PROJECT_DIR, manifests
 

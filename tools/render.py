@@ -26,8 +26,8 @@ import sys
 
 import yaml
 
-from components.resources import resource_name
 from config.stack_file import StackFileError
+from k8s.resources import resource_name
 from tools import stack_refs
 from tools.mock_runtime import ProgramError, ProgramRun, run_program, stack_config_of
 

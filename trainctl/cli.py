@@ -25,7 +25,7 @@ import yaml
 from urllib3.exceptions import HTTPError
 
 import versions
-from manifests.tenants import QUEUE_LABEL
+from k8s.builders.tenants import QUEUE_LABEL
 from trainctl import diagnose, jobstate, local, objects, progress, usage
 from trainctl.code import CodeError, collect
 from trainctl.jobstate import KUEUE_PENDING, KUEUE_STARTED, RESTART_LABEL, admission, last_failure, phase, restarts, status_report, times  # noqa: F401  (trainctl.cli's interface)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from manifests.tenants import QUEUE_LABEL
+from k8s.builders.tenants import QUEUE_LABEL
 from trainctl import diagnose, objects, progress
 from trainctl.code import CodeBundle
 from trainctl.kube import ClusterError, KubeApi

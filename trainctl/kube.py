@@ -30,7 +30,7 @@ from kubernetes.config.config_exception import ConfigException
 from urllib3 import HTTPHeaderDict
 from urllib3.exceptions import HTTPError, MaxRetryError
 
-from manifests.runtimes import FAMILY_LABEL, JOBSET_NAME_LABEL, RUNTIME_LABEL  # the JobSet label is on every pod of a TrainJob's JobSet (named as the TrainJob)
+from k8s.builders.runtimes import FAMILY_LABEL, JOBSET_NAME_LABEL, RUNTIME_LABEL  # the JobSet label is on every pod of a TrainJob's JobSet (named as the TrainJob)
 
 GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
 TRAINJOBS, RUNTIMES = "trainjobs", "clustertrainingruntimes"
@@ -40,7 +40,7 @@ TRAINJOBS, RUNTIMES = "trainjobs", "clustertrainingruntimes"
 # apiextensions-apiserver pkg/controller/openapi/builder).
 OPENAPI_PATH = f"/openapi/v3/apis/{GROUP}/{VERSION}"
 TRAINJOB_SCHEMA = "org.kubeflow.trainer.v1alpha1.TrainJob"
-# Which Trainer release serves which TrainJob shape (manifests/trainer_api.py): runtimePatches from v2.2.
+# Which Trainer release serves which TrainJob shape (k8s/builders/trainer_api.py): runtimePatches from v2.2.
 SHAPE_VERSIONS = {"runtimePatches": "v2.3.0", "podTemplateOverrides": "v2.1.0"}
 
 
@@ -224,7 +224,7 @@ class KubeApi:
     def platform_facts(self) -> dict | None:
         """The platform's published facts (ConfigMap ``platform-facts`` in the namespace), or None
         where the cluster publishes none (or they may not be read)."""
-        from manifests import platform_facts
+        from k8s.builders import platform_facts
 
         try:
             cm: Any = self.core.read_namespaced_config_map(platform_facts.CONFIGMAP, self.namespace)

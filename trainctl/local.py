@@ -144,7 +144,7 @@ def grace_seconds(trainjob: dict, stack: str) -> int:
     runtime's (the stack's ``trainer.terminationGraceSeconds``, else that key's default)."""
     from config.settings import TrainerSettings
     from config.stack_file import StackFileError, load_stack_file
-    from manifests import trainer_api
+    from k8s.builders import trainer_api
 
     own = trainer_api.read_pod_customization(trainjob.get("spec", {})).get("terminationGracePeriodSeconds")
     if own is not None:

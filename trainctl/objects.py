@@ -1,7 +1,7 @@
 """The ConfigMap and TrainJob ``trainctl submit`` creates, built with the stack's own builders
-(``manifests/trainjobs.py``): code ConfigMap naming and hash, resources per node from the GPU
+(``workloads/builders/trainjobs.py``): code ConfigMap naming and hash, resources per node from the GPU
 catalog, EFA requests, the checkpoint volume, the queue label, and the pod customisation per
-Trainer version (``manifests/trainer_api.py``).
+Trainer version (``k8s/builders/trainer_api.py``).
 
 The user's command. Every argument that names a shipped file (``train.py``, ``./conf/a.yaml``)
 is rewritten to its path under the code mount. On the torch runtime a ``python``/``python3``
@@ -10,7 +10,7 @@ processes per node from the ``PET_*`` environment the Trainer injects: PyTorch
 ``torch/distributed/run.py`` reads every option's default from ``PET_<OPTION>``), one process per
 GPU; any other command (``torchrun ...``, ``bash run.sh``) runs as given. On the tensorflow
 runtime the command becomes the TrainJob's ``args`` under the runtime's TF_CONFIG wrapper, one
-worker per node (as the stack's TF job, ``manifests.trainjobs.trainer_entry``).
+worker per node (as the stack's TF job, ``workloads.builders.trainjobs.trainer_entry``).
 """
 
 from __future__ import annotations
@@ -24,24 +24,24 @@ import versions
 from config import catalog
 from config.schema import problems_of, repaired_section, validate_section
 from config.settings import AZ_RE, DNS_LABEL_RE, KUEUE_INCOMPATIBLE_TRAINERS, TF_RUNTIME, TORCH_RUNTIME, JobBase, TrainerSettings
-from manifests import trainer_api
-from manifests import trainjobs as tj
-from manifests.job_platform import JobPlatform
-from manifests.kueue import PRIORITIES
-from manifests.runtimes import BUILDERS, FAMILY_LABEL, GRACE_LABEL, RUNTIME_LABEL, variant_key
-from manifests.tenants import LOCAL_QUEUE
+from k8s.builders import trainer_api
+from k8s.builders.kueue import PRIORITIES
+from k8s.builders.runtimes import BUILDERS, FAMILY_LABEL, GRACE_LABEL, RUNTIME_LABEL, variant_key
+from k8s.builders.tenants import LOCAL_QUEUE
 from trainctl import secrets
 from trainctl.code import CodeBundle, object_problems
+from workloads.builders import trainjobs as tj
+from workloads.builders.job_platform import JobPlatform
 
 RUNTIMES = {"torch": TORCH_RUNTIME, "tensorflow": TF_RUNTIME}
-"""``--runtime`` -> the platform's ClusterTrainingRuntime (base name, manifests/runtimes.py)."""
+"""``--runtime`` -> the platform's ClusterTrainingRuntime (base name, k8s/builders/runtimes.py)."""
 # Without --image the TrainJob names no image and the Trainer runs its runtime's: whatever image the cluster's
 # runtime names, so one its nodes can pull (this platform's runtimes name its ECR copies of the pinned upstream
 # images, never Docker Hub, whose anonymous pull limit every node behind one NAT address shares).
 TRAINCTL_KIND = "trainctl"
 """The ``training-platform/job`` label of jobs submitted with trainctl."""
 DEFAULT_INSTANCE_TYPE = "g5.xlarge"
-"""``--instance-type`` where the cluster publishes no facts (manifests/platform_facts.py) to take it from."""
+"""``--instance-type`` where the cluster publishes no facts (k8s/builders/platform_facts.py) to take it from."""
 # TrainJob names: the CRD's CEL rules (kubeflow/trainer v2.3.0 trainjob_types.go: RFC 1035 label, at most 63)
 _NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$", re.ASCII)
 NAME_MAX = 63
@@ -135,7 +135,7 @@ def problems(req: Request) -> list[str]:
 
 def runtime_for(req: Request, found: list[dict]) -> str:
     """The runtime a request with ``--grace-seconds`` runs on, from the cluster's runtimes of its
-    kind (``found``; their labels: manifests/runtimes.py): the live variant whose pods get that grace
+    kind (``found``; their labels: k8s/builders/runtimes.py): the live variant whose pods get that grace
     period (a TrainJob cannot carry one past Kueue), the newest if several; refused in one line
     naming the grace periods the platform offers for the runtime."""
     family = RUNTIMES[req.runtime]
@@ -156,7 +156,7 @@ def _resolve(arg: str, bundle: CodeBundle) -> str:
 
 
 def with_facts(req: Request, facts: dict[str, Any] | None, *, instance_type_given: bool) -> Request:
-    """The request as the cluster's published facts (``manifests/platform_facts.py``) shape it: the default
+    """The request as the cluster's published facts (``k8s/builders/platform_facts.py``) shape it: the default
     instance type is one its GPU pool launches, a type no pool launches is refused, and an EFA job
     lands in the EFA pool of its type with the platform's image (libfabric and aws-ofi-nccl; a stock
     image's NCCL silently falls back to TCP). Without facts (another cluster) it is unchanged."""
@@ -242,11 +242,11 @@ def platform_for(req: Request) -> JobPlatform:
     """The facts of the platform the job goes to, as trainctl knows them (the cluster's published
     facts, applied by :func:`with_facts`, and the flags): the Trainer version, the namespace, the
     runtime, the queue and, for a job in the EFA pool, that pool's types and zone. The builders take
-    these (manifests/job_platform.py); no stack config is read (a client has none)."""
+    these (workloads/builders/job_platform.py); no stack config is read (a client has none)."""
     trainer = TrainerSettings(version=req.trainer_version)  # the platform's defaults: the runtime's name and grace period
     family = RUNTIMES[req.runtime]
     key = variant_key(family, req.grace_seconds, trainer)
-    # the name the platform gives this runtime (its grace variant with --grace-seconds) with the default settings (manifests/runtimes.py)
+    # the name the platform gives this runtime (its grace variant with --grace-seconds) with the default settings (k8s/builders/runtimes.py)
     name = req.runtime_name or BUILDERS[family](trainer, req.grace_seconds)["metadata"]["name"]
     return JobPlatform(
         trainer_version=req.trainer_version, namespace=req.namespace, runtime_names={key: name}, default_grace=trainer.termination_grace_seconds,

@@ -4,7 +4,7 @@
 ConfigMap and TrainJob) on the platform stack it names, read through a StackReference (the
 platform's ``kubeconfig`` and ``jobPlatform`` outputs: namespace, checkpoint claim, runtimes,
 image, queue, Trainer version, pools, EFA). The run is built by the same function as the
-platform's ``trainjobs.<job>`` (manifests/trainjobs.py run_objects); a run the platform cannot
+platform's ``trainjobs.<job>`` (workloads/builders/trainjobs.py run_objects); a run the platform cannot
 take (no such runtime, no pool for its instance type, no EFA in its zone, a Trainer without a
 field it sets, a priority without Kueue) is refused, one line per problem, before anything of it
 is registered. This file is the only one that reads the run's config.
@@ -13,16 +13,16 @@ is registered. This file is the only one that reads the run's config.
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository: config, manifests, components
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository: config, infra, k8s, workloads
 
 import pulumi  # noqa: E402
 
-from components.project_config import project_config  # noqa: E402
-from components.trainjobs import PlatformReference, TrainJobRun  # noqa: E402
 from config.run_config import RUN_PROJECT, load_run  # noqa: E402
 from config.schema import ConfigError, ConfigErrors  # noqa: E402
-from manifests.job_platform import DocumentError, run_problems  # noqa: E402
-from manifests.trainjobs import WORKLOADS  # noqa: E402
+from infra.project_config import project_config  # noqa: E402
+from workloads.builders.job_platform import DocumentError, run_problems  # noqa: E402
+from workloads.builders.trainjobs import WORKLOADS  # noqa: E402
+from workloads.trainjobs import PlatformReference, TrainJobRun  # noqa: E402
 
 try:
     run = load_run(project_config(RUN_PROJECT), stack=pulumi.get_stack(), base_names={k: w.name for k, w in WORKLOADS.items()})

@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from kubernetes import client, config
 
-from manifests import portal as mp
+from k8s.builders import portal as mp
 from tests.e2e.conftest import stack_file
 from trainctl.portal.__main__ import settings_of
 

@@ -5,9 +5,9 @@ own of the teams stack with grace periods set (``trainer.graceClasses``, a job's
 ``trainjobs.ddp.terminationGraceSeconds``).
 
 Kueue admits a TrainJob by a typed update built on Trainer v2.2.1's Go types, which drops a pod
-patch's ``terminationGracePeriodSeconds`` (manifests/trainer_api.py ``KUEUE_DROPPED_FIELDS``); the
+patch's ``terminationGracePeriodSeconds`` (k8s/builders/trainer_api.py ``KUEUE_DROPPED_FIELDS``); the
 first test shows that drop on the real controllers, the others that nothing we send is dropped:
-grace periods live in the runtimes (manifests/runtimes.py)."""
+grace periods live in the runtimes (k8s/builders/runtimes.py)."""
 
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ import copy
 
 import pytest
 
-from manifests import runtimes as rt
-from manifests import trainer_api
-from manifests import trainjobs as tj
+from k8s.builders import runtimes as rt
+from k8s.builders import tenants, trainer_api
 from tests.e2e.conftest import stack_file, wait_for
 from tests.e2e.test_teams import STACK, TRAINJOB, as_team, submit
 from tools.cluster.client import ApiError
 from trainctl import code, objects
+from workloads.builders import trainjobs as tj
 
 RUNTIMES = ("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime")
 WORKLOAD = ("kueue.x-k8s.io/v1beta2", "Workload")
@@ -128,7 +128,7 @@ def test_kueues_admission_drops_a_pod_patch_grace_period(teams, tmp_path):
     """The upstream fact, on the real controllers: the grace period in a pod patch (what the
     platform used to send) is gone from the TrainJob once Kueue has admitted it. In the stack's own
     namespace (Kueue queues it too): a team's namespace refuses such a patch outright now
-    (manifests/admission.py)."""
+    (k8s/builders/admission.py)."""
     up, _ = teams
     admin = up.client()
     runtime = next(o["metadata"]["name"] for o in up.plan.objects if o["kind"] == "ClusterTrainingRuntime" and o["metadata"]["labels"][rt.RUNTIME_LABEL] == "torch-distributed-gpu")
@@ -242,13 +242,13 @@ def test_a_team_job_on_every_runtime_the_team_can_name_runs_under_restricted(tea
 
 def _in_a_team_like_namespace(up, tmp_path, ns: str, version: str) -> None:
     """In a namespace set up as a team's (Pod Security ``restricted``, the team label, the team's
-    checkpoint claim: a static volume bound to it, as manifests/tenants.py makes one), a job on
+    checkpoint claim: a static volume bound to it, as k8s/builders/tenants.py makes one), a job on
     every runtime the stack renders, one after the other."""
-    from manifests.tenants import TEAM_LABEL, TEAM_POD_SECURITY_LABELS
+    from k8s.builders.tenants import TEAM_LABEL, TEAM_POD_SECURITY_LABELS
 
     admin = up.client()
     admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {TEAM_LABEL: ns, **TEAM_POD_SECURITY_LABELS}}})
-    pv, pvc = tj.checkpoint_volume(ns=ns, storage_type="efs", volume_handle="fs-0123456789abcdef0::fsap-0123456789abcdef0", capacity_gib=10)
+    pv, pvc = tenants.checkpoint_volume(ns=ns, storage_type="efs", volume_handle="fs-0123456789abcdef0::fsap-0123456789abcdef0", capacity_gib=10)
     admin.apply(pv)
     admin.apply(pvc)
     # the API server enforces it: the initializer pod as it was (issue 32: no runAsNonRoot) is refused, as it is now admitted

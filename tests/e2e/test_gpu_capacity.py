@@ -8,7 +8,7 @@ nodes while the tests look:
   although the platform's training pods carry ``karpenter.sh/do-not-disrupt`` and the NodePool has
   disruption budgets, and the job comes back on a new node. The kwok provider's repair policy is
   Ready False/Unknown for 10 minutes (kwok/cloudprovider RepairPolicies); AWS's adds the node
-  monitoring agent's conditions (manifests/gpu_objects.py), through the same controller."""
+  monitoring agent's conditions (k8s/builders/gpu_objects.py), through the same controller."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Tenant isolation proven by attacks through the real API server, as a team's principal
 (impersonation with its access entry's groups): every escape is refused by RBAC, the admission
-policy (manifests/admission.py, evaluated by the API server) or Pod Security, each saying which field."""
+policy (k8s/builders/admission.py, evaluated by the API server) or Pod Security, each saying which field."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import copy
 
 import pytest
 
-from manifests import trainer_api
+from k8s.builders import trainer_api
 from tests.e2e.conftest import stack_file, wait_for
 from tests.e2e.test_teams import STACK, TRAINJOB, _torch_runtime, as_team, submit, submit_code, team_job
 from tools.cluster.client import ApiError
@@ -216,8 +216,8 @@ V21_HAS_NO_FIELD = {"privileged": "securityContext", "root": "securityContext", 
 def test_trainer_v2_1_pod_template_overrides_are_fenced_the_same_way(clusters, tmp_path):
     """The workshop stack (Trainer v2.1.0) has no teams; the policy is applied there with a
     team-labelled namespace, and v2.1's podTemplateOverrides shape is refused on the same fields."""
-    from manifests import admission
-    from manifests.tenants import TEAM_LABEL
+    from k8s.builders import admission
+    from k8s.builders.tenants import TEAM_LABEL
     from trainctl import code, objects
 
     up = clusters.get("workshop")

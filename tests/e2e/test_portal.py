@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from manifests import portal as mp
-from manifests.tenants import team_group, team_role
+from k8s.builders import portal as mp
+from k8s.builders.tenants import team_group, team_role
 from tests.e2e.conftest import wait_for
 from tests.e2e.portal_helpers import INSTANCE, STACK, admin_api, alb_header, alb_keys, portal_configuration, portal_stack, rendered_settings
 from trainctl.portal.app import create_app

@@ -1,4 +1,4 @@
-"""The preflight fence (incluster/preflight_fence.py) against the real API server, as the CronJob's
+"""The preflight fence (k8s/pods/preflight_fence.py) against the real API server, as the CronJob's
 own ServiceAccount with the RBAC the stack renders: it finds the pod a preflight ended, taints and
 labels that pod's node, leaves every other node alone, and may do nothing else.
 
@@ -12,7 +12,7 @@ import urllib.error
 
 import pytest
 
-from incluster import preflight_fence  # shipped as the CronJob's ConfigMap
+from k8s.pods import preflight_fence  # shipped as the CronJob's ConfigMap
 from tests.e2e.conftest import wait_for
 from tools.cluster.components import KWOK_NODE_ANNOTATION
 from tools.cluster.up import LOCAL_MANAGER

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from manifests.kueue import PRIORITIES, PRIORITY_LABEL
+from k8s.builders.kueue import PRIORITIES, PRIORITY_LABEL
 from tests.e2e.conftest import trainctl, wait_for
 from tests.e2e.test_teams import _torch_runtime, as_team, submit_code
 from trainctl import code, objects

@@ -4,10 +4,10 @@ it: each attack made through the real API server as each team's principal (imper
 its access entry's groups, as EKS maps them), class by class, several members per class. Every
 refusal is one line, and nothing is written.
 
-The fences: the team's Role (``manifests/tenants.py`` TEAM_RULES: create and delete TrainJobs and
-ConfigMaps, read pods, logs and events), the admission policies (``manifests/admission.py``: the
+The fences: the team's Role (``k8s/builders/tenants.py`` TEAM_RULES: create and delete TrainJobs and
+ConfigMaps, read pods, logs and events), the admission policies (``k8s/builders/admission.py``: the
 TrainJob's pods and queue, the ConfigMaps a team may touch), Kueue's defaulting webhook and the
-ClusterQueues' namespace selectors (``manifests/kueue.py``)."""
+ClusterQueues' namespace selectors (``k8s/builders/kueue.py``)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import copy
 
 import pytest
 
-from manifests import admission, platform_facts
-from manifests.kueue import PRIORITY_LABEL, team_queue_name
-from manifests.tenants import LOCAL_QUEUE, QUEUE_LABEL, TEAM_LABEL
+from k8s.builders import admission, platform_facts
+from k8s.builders.kueue import PRIORITY_LABEL, team_queue_name
+from k8s.builders.tenants import LOCAL_QUEUE, QUEUE_LABEL, TEAM_LABEL
 from tests.e2e.conftest import wait_for
 from tests.e2e.test_teams import STACK, TRAINJOB, _torch_runtime, as_team, submit_code, team_job
 from tools.cluster.client import ApiError

@@ -88,7 +88,7 @@ def test_an_unreachable_cluster_is_one_line(dev, capsys, tmp_path):
 
 
 def test_a_secret_in_the_command_creates_nothing_and_is_not_printed(dev, capsys, tmp_path):
-    from manifests import trainjobs as tj
+    from workloads.builders import trainjobs as tj
 
     (tmp_path / "train.py").write_text("print('hi')\n")
     token = "hf_" + "Q7w8E9r0T1y2U3i4O5p6A7s8"
@@ -107,9 +107,9 @@ def test_a_secret_in_the_command_creates_nothing_and_is_not_printed(dev, capsys,
 def test_the_api_server_stores_what_trainctl_counts_as_storable_and_refuses_the_rest(dev):
     """A code ConfigMap of 52,000 one-byte files: trainctl counts it over etcd's 1.5 MiB and the
     real API server (its etcd at the default request limit) refuses it; 45,000 fit both."""
-    from manifests import trainjobs as tj
     from tools.cluster.client import ApiError
     from trainctl import code
+    from workloads.builders import trainjobs as tj
 
     client = dev.client()
     many = tj.code_configmap(NS, {f"samples__sample_{i:06d}.txt": "x" for i in range(52_000)})

@@ -134,7 +134,7 @@ def redeploy(client: Client, old, new) -> Outcome:
     its resource says so (``replaceOnChanges`` on a changed path; deleted first with
     ``deleteBeforeReplace``) and updated in place (server-side apply) otherwise, where the API
     server's validation (immutable fields: CEL ``self == oldSelf``) is the judge."""
-    from components.resources import resource_name
+    from k8s.resources import resource_name
 
     before = {resource_name(o): o for o in old.objects}
     problems: list[str] = []

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from components.resources import resource_name
 from config import aws_facts
+from k8s.resources import resource_name
 from tools.cluster.sim import NodeGroup
 from tools.mock_runtime import ProgramRun, Registration
 from tools.render import NOT_MANIFESTS, manifests

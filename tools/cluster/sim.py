@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from config import catalog
-from manifests import gpu_objects
+from k8s.builders import gpu_objects
 
 TWIN_PREFIX = "kwok-"
 KWOK_NODE_CLASS = {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": "local"}

@@ -1,6 +1,6 @@
 """The portal in the cluster: ``python -m trainctl.portal [--config FILE] [--port P]``. It reads
 its settings (the Region, the ALB's ARN prefix, the teams' logins) from the ConfigMap the stack
-mounts (manifests/portal.py) and calls the API server with its service account, which may only
+mounts (k8s/builders/portal.py) and calls the API server with its service account, which may only
 impersonate the teams' portal users and groups."""
 
 from __future__ import annotations

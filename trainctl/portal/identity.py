@@ -10,7 +10,7 @@ Three ways, one per way the portal runs:
   The login's groups or e-mail map to one team of the stack (``portal.teams``); the portal then
   calls the API server as ``portal:<team>`` in the team's group, with the login's subject as a user
   extra (:data:`SUBJECT_EXTRA`), which the API server's audit log records. Its service account may
-  impersonate exactly those users and groups (manifests/portal.py), so the API server, with the
+  impersonate exactly those users and groups (k8s/builders/portal.py), so the API server, with the
   team's RBAC, admission policy, Pod Security and Kueue, decides everything.
 * **A Kubernetes bearer token** on ``/api/*`` (a team's own backend): passed to the API server
   unchanged, which authenticates it; the portal adds nothing.
@@ -33,7 +33,7 @@ from typing import Any
 
 import jwt
 
-from manifests.tenants import team_group
+from k8s.builders.tenants import team_group
 
 OIDC_HEADER = "x-amzn-oidc-data"
 SUBJECT_EXTRA = "portal-subject"

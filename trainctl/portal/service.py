@@ -272,7 +272,7 @@ class Portal:
         apis/visibility/v1beta2, served by pkg/visibility/server.go) where served, else the
         namespace's Workloads ordered by Kueue's rules (kueue v0.19.2 pkg/cache/queue/cluster_queue.go
         baseCompareFunc: higher priority first, then the older, then the uid), marked estimated."""
-        from manifests.tenants import LOCAL_QUEUE
+        from k8s.builders.tenants import LOCAL_QUEUE
 
         path = f"/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/{kube.namespace}/localqueues/{LOCAL_QUEUE}/pendingworkloads"
         try:

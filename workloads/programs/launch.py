@@ -39,8 +39,8 @@ def recorded_exit_code(path: str) -> int | None:
     return next((c for c in (PREEMPTED, STALLED) if c in codes), None)
 
 
-PREFLIGHT_ENV = "TRAINING_PREFLIGHT"  # "1" in every GPU runtime (manifests/runtimes.py)
-EXPECTED_GPUS_ENV = "TRAINING_EXPECTED_GPUS"  # what the TrainJob requested per node (manifests/trainjobs.py)
+PREFLIGHT_ENV = "TRAINING_PREFLIGHT"  # "1" in every GPU runtime (k8s/builders/runtimes.py)
+EXPECTED_GPUS_ENV = "TRAINING_EXPECTED_GPUS"  # what the TrainJob requested per node (workloads/builders/trainjobs.py)
 EXPECTED_EFA_ENV = "TRAINING_EXPECTED_EFA"
 PREFLIGHT_FAILED = 5  # retryable: the restarted job should land on a healthy node
 

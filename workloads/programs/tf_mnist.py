@@ -1,7 +1,7 @@
 """MNIST-shaped classifier trained with TensorFlow's MultiWorkerMirroredStrategy.
 
 Runs under the tensorflow-distributed runtime: its wrapper command sets ``TF_CONFIG`` from what
-the Trainer injects (incluster/tf_config.py) and execs this program, one TensorFlow worker per node
+the Trainer injects (k8s/pods/tf_config.py) and execs this program, one TensorFlow worker per node
 that drives all the node's GPUs (CPU when there are none). Needs only TensorFlow; the data is
 generated (MNIST-shaped 28x28 digits, 10 classes, a learnable pattern), nothing is downloaded.
 

@@ -121,7 +121,7 @@ class Progress:
             idle = time.monotonic() - self.last_at
             if idle > timeout:
                 print(f"stalled: no step progress for {idle:.0f} s after step {self.last_step} (limit {timeout:.0f} s): a hung collective or node; stopping", file=sys.stderr, flush=True)
-                # the metric the platform's "stalled TrainJobs" alarm counts (components/alarms.py)
+                # the metric the platform's "stalled TrainJobs" alarm counts (infra/alarms.py)
                 print(metric_line("stalled", job=job_name(), node=node_rank(), rank=_rank(), step=self.last_step, idle_s=round(idle), alert=ALERT_TOKENS["stalled"]), flush=True)
                 _record_exit(STALLED_EXIT)
                 os._exit(STALLED_EXIT)
@@ -212,7 +212,7 @@ _METRICS: dict = {}  # the latest value of each metric the job reported
 _METRIC_FIELDS = {"loss": "loss", "epoch": "epoch", "samples_per_s": "samples_per_s", "val_loss": "val_loss", "val_accuracy": "val_accuracy", "tokens_per_s": "tokens_per_s", "final_loss": "loss"}
 
 
-GRACE_ENV = "TRAINING_TERMINATION_GRACE_S"  # the pod's terminationGracePeriodSeconds (manifests/runtimes.py)
+GRACE_ENV = "TRAINING_TERMINATION_GRACE_S"  # the pod's terminationGracePeriodSeconds (k8s/builders/runtimes.py)
 _grace_warned: list[bool] = []
 
 
@@ -247,7 +247,7 @@ def _report(kind: str, fields: dict) -> None:
 # lines. The first process of every node writes them, labelled with the job and the node rank.
 
 METRIC_KEY = "training_metric"  # every metric line has it: its value says what the line reports
-JOB_NAME_ENV = "TRAINING_JOB_NAME"  # set on the trainer container by the TrainJob (manifests/trainjobs.py)
+JOB_NAME_ENV = "TRAINING_JOB_NAME"  # set on the trainer container by the TrainJob (workloads/builders/trainjobs.py)
 
 
 def job_name() -> str:
@@ -314,7 +314,7 @@ def _record_exit(code: int) -> None:
             fh.write(f"{code}\n")
 
 
-# A word the alarms' log metric filters look for (components/alarms.py): no quotes or punctuation,
+# A word the alarms' log metric filters look for (infra/alarms.py): no quotes or punctuation,
 # so it reads the same in the line and in the JSON record Fluent Bit ships it in
 ALERT_TOKENS = {"failed": "TRAINING_PLATFORM_JOB_FAILED", "stalled": "TRAINING_PLATFORM_JOB_STALLED"}
 
@@ -326,7 +326,7 @@ def _rank() -> int:
 def fail_config(message: str) -> NoReturn:
     """Stop for good: the job can never succeed with this configuration or data."""
     print(f"error: {message}", file=sys.stderr, flush=True)
-    # the metric the platform's "failed TrainJobs" alarm counts (components/alarms.py)
+    # the metric the platform's "failed TrainJobs" alarm counts (infra/alarms.py)
     print(metric_line("failed", job=job_name(), node=node_rank(), rank=_rank(), exit_code=EXIT_BAD_CONFIG, alert=ALERT_TOKENS["failed"]), flush=True)
     _record_exit(EXIT_BAD_CONFIG)
     sys.exit(EXIT_BAD_CONFIG)

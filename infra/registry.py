@@ -1,0 +1,336 @@
+"""The training image: an ECR repository the stack owns, and the image built from ``workloads/``
+and pushed there (pulumi-docker-build, BuildKit).
+
+The tag is a content hash of what the build reads (the Dockerfile, the files it copies from the
+context with their modes, and the build args from ``versions.py``) and of the build settings the
+provider compares, so a change to any of them pushes a new tag; tags are immutable, so an old tag
+never changes under a running job. TrainJobs use the pushed image by digest
+(``<repository url>@sha256:...``): a rebuild that yields a new digest changes (and so replaces)
+the TrainJobs, a rebuild that yields the same image does not.
+
+Never a second push of one tag. pulumi-docker-build 0.0.22 rebuilds and pushes an Image exactly
+when its ``Diff`` (``provider/internal/image.go``) finds a change: an input it compares, or the
+hash of the build context (``provider/internal/context.go``: every file of the context directory
+that the ignore file leaves, with its path and mode; infra/build_context.py). So the context
+is narrowed to what the tag hashes (``workloads/.dockerignore``, generated from the Dockerfile's
+COPY sources by :func:`dockerignore_text`, checked before the build is registered), and the
+tag hashes every compared input the stack sets (:data:`BUILD_SETTINGS`): whenever the provider
+would push, the tag is new. Unchanged inputs push nothing, on any machine, with or without a
+layer cache. ``pull`` stays off: with it the provider rebuilds on every update (``Diff``:
+"pull=true indicates that we want to keep base layers up-to-date"). ``buildOnPreview`` is off:
+a preview only hashes the context (``Create`` returns before building on a dry run). No registry
+cache (``cacheTo``) in the repository: BuildKit re-pushes its cache manifest under the same tag on
+every build, which an IMMUTABLE repository refuses, and an image is only built when its tag is new.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pathlib
+import re
+import shlex
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_docker_build as docker_build
+
+import versions
+from config.names import ECR_REPOSITORY
+from infra import build_context
+from k8s.builders import images
+
+PROJECT_DIR = pathlib.Path(__file__).resolve().parent.parent
+CONTEXT = "workloads"  # relative to the project directory, where Pulumi runs the program
+DOCKERFILE = "Dockerfile"
+PLATFORM = "linux/amd64"  # p5 / g6e and every other GPU type of the catalog are x86_64
+# The Image inputs besides files and build args that pulumi-docker-build 0.0.22's Image.Diff compares
+# and the stack sets (tags and registries name the destination: a new repository is a new place). A
+# change to one makes the provider rebuild and push, so each is part of the tag.
+BUILD_SETTINGS: dict[str, str | bool] = {
+    "context": CONTEXT,
+    "dockerfile": f"{CONTEXT}/{DOCKERFILE}",
+    "platforms": PLATFORM,
+    "push": True,
+    "pull": False,  # true: a rebuild on every update (Image.Diff)
+    "buildOnPreview": False,  # the default (true) builds the multi-GB image in every preview
+}
+TAG_LEN = 20
+UNTAGGED_EXPIRE_DAYS = 7
+KEEP_TAGGED_IMAGES = 30
+KEEP_MIRRORED_IMAGES = 5  # per copied repository: the current pin and a few before it
+
+
+def _instructions(dockerfile: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) per instruction: continuation lines joined, comments dropped."""
+    out: list[tuple[str, str]] = []
+    pending = ""
+    for line in dockerfile.splitlines():
+        stripped = line.strip()
+        if not pending and (not stripped or stripped.startswith("#")):
+            continue
+        if stripped.startswith("#"):
+            continue
+        if stripped.endswith("\\"):
+            pending += stripped[:-1] + " "
+            continue
+        full = (pending + stripped).strip()
+        pending = ""
+        if full:
+            word, _, rest = full.partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+def copied_sources(dockerfile: str) -> list[str]:
+    """The context paths the Dockerfile's COPY/ADD instructions read (not ``--from`` copies, not
+    ADD's URLs)."""
+    sources: list[str] = []
+    for word, rest in _instructions(dockerfile):
+        if word not in ("COPY", "ADD"):
+            continue
+        if rest.startswith("["):
+            args = json.loads(rest)
+        else:
+            args = shlex.split(rest)
+        flags = [a for a in args if a.startswith("--")]
+        if any(f.startswith("--from") for f in flags):
+            continue
+        paths = [a for a in args if not a.startswith("--")]
+        sources += [p for p in paths[:-1] if "://" not in p]
+    return sources
+
+
+def dockerignore_text(dockerfile: str) -> str:
+    """The ignore file that leaves in the build context exactly what the Dockerfile copies:
+    everything excluded (``*``; a directory's contents go with it), then each COPY/ADD source
+    re-included (``!source``). A source that is the whole context (``.``) needs no file."""
+    sources = [build_context.go_clean(s).lstrip("/") or "." for s in copied_sources(dockerfile)]
+    header = (
+        f"# Generated from {DOCKERFILE}'s COPY/ADD sources (infra/registry.py dockerignore_text): the build context\n"
+        "# is exactly what the image tag hashes, so a file the image does not copy never triggers a rebuild.\n"
+    )
+    if "." in sources:
+        return header
+    return header + "*\n" + "".join(f"!{s}\n" for s in dict.fromkeys(sources))
+
+
+def context_files(context: pathlib.Path) -> dict[str, bytes]:
+    """What the build reads from ``context``: the Dockerfile and every file its COPY/ADD sources
+    name (globs and directories expanded), by path relative to the context. Other files in the
+    directory (the Pulumi builders, the training programs shipped in the code ConfigMap) are not
+    part of the image and do not change its tag."""
+    dockerfile = context / DOCKERFILE
+    files = {DOCKERFILE: dockerfile.read_bytes()}
+    for src in copied_sources(dockerfile.read_text()):
+        matches = sorted(context.glob(src.lstrip("/"))) or [context / src]
+        for m in matches:
+            if not m.exists():
+                raise FileNotFoundError(f"{DOCKERFILE} copies {src!r}, which is not in the build context {context.name}/")
+            for f in sorted(m.rglob("*")) if m.is_dir() else [m]:
+                if f.is_file():
+                    files[f.relative_to(context).as_posix()] = f.read_bytes()
+    return files
+
+
+def context_modes(context: pathlib.Path, names: Iterable[str]) -> dict[str, str]:
+    """Each file's mode as the provider hashes it (Go ``FileMode.String()`` of its lstat): COPY
+    keeps a file's mode in the image, and the provider rebuilds on a mode change."""
+    return {n: build_context.go_mode((context / n).lstat().st_mode) for n in names}
+
+
+def content_tag(files: Mapping[str, bytes], build_args: Mapping[str, str], modes: Mapping[str, str] | None = None, settings: Mapping[str, str | bool] | None = None) -> str:
+    """A tag that changes whenever a file the build reads (its content or mode), a build arg or a
+    build setting changes."""
+    h = hashlib.sha256()
+    for name in sorted(files):
+        h.update(b"file\0" + name.encode() + b"\0" + (modes or {}).get(name, "").encode() + b"\0" + hashlib.sha256(files[name]).digest())
+    for key in sorted(build_args):
+        h.update(b"arg\0" + key.encode() + b"\0" + build_args[key].encode() + b"\0")
+    if settings:
+        h.update(b"settings\0" + json.dumps(dict(settings), sort_keys=True).encode())
+    return h.hexdigest()[:TAG_LEN]
+
+
+def image_tag(context: pathlib.Path | None = None, build_args: Mapping[str, str] | None = None) -> str:
+    context = context or PROJECT_DIR / CONTEXT
+    files = context_files(context)
+    return content_tag(files, versions.WORKLOAD_BUILD_ARGS if build_args is None else build_args, context_modes(context, files), BUILD_SETTINGS)
+
+
+def provider_files(context: pathlib.Path) -> set[str]:
+    """The files whose content pulumi-docker-build 0.0.22's context hash reads: the Dockerfile
+    (read by itself, ``hashDockerfile``) and what the context walk leaves (build_context)."""
+    return {DOCKERFILE, *build_context.hashed_files(context, context / DOCKERFILE)}
+
+
+def context_problem(context: pathlib.Path) -> str | None:
+    """One line when the provider would hash other files than the tag does (a change to one of
+    them would push the same tag again), else None."""
+    tagged, hashed = set(context_files(context)), provider_files(context)
+    if tagged == hashed:
+        return None
+    extra, missing = sorted(hashed - tagged), sorted(tagged - hashed)
+    ignore = build_context.ignore_file(context, context / DOCKERFILE)
+    where = ignore.relative_to(context.parent).as_posix() if ignore else f"{context.name}/{build_context.IGNORE_FILE}"
+    return (
+        f"{context.name}/: the image build context is not what the image tag hashes"
+        f"{f' (also hashed: {extra[:5]})' if extra else ''}{f' (not in the context: {missing[:5]})' if missing else ''};"
+        f" {where} must be infra.registry.dockerignore_text of {DOCKERFILE}"
+    )
+
+
+def _base(cluster_name: str) -> str:
+    """The cluster name in ECR's alphabet: lowercase, single separators between alphanumerics. A
+    cluster name that had to change for that gets a hash of the original, so ``Train`` and
+    ``train`` stay apart."""
+    base = re.sub(r"[^a-z0-9]+", "-", cluster_name.lower()).strip("-") or "cluster"
+    if base != cluster_name:
+        base = f"{base}-{hashlib.sha256(cluster_name.encode()).hexdigest()[:8]}"
+    return base
+
+
+def repository_name(cluster_name: str) -> str:
+    """``<cluster>-workloads``, in ECR's alphabet (:func:`_base`)."""
+    return ECR_REPOSITORY.name(_base(cluster_name), "workloads")
+
+
+def mirror_repository_name(cluster_name: str, upstream: str) -> str:
+    """``<cluster>-mirror/<upstream host>/<upstream path>``: one repository per upstream
+    repository (``training-dev-mirror/docker.io/pytorch/pytorch``)."""
+    repo, _tag = images.repository_and_tag(upstream)
+    return f"{ECR_REPOSITORY.name(_base(cluster_name), 'mirror')}/{repo}"
+
+
+def lifecycle_policy(keep: int = KEEP_TAGGED_IMAGES) -> str:
+    """Untagged images (left behind by rebuilds) expire after a week; of the tagged ones the
+    newest ``keep`` stay, so recent jobs can still pull what they were started with."""
+    rules = [
+        {
+            "rulePriority": 1,
+            "description": f"expire untagged images after {UNTAGGED_EXPIRE_DAYS} days",
+            "selection": {"tagStatus": "untagged", "countType": "sinceImagePushed", "countUnit": "days", "countNumber": UNTAGGED_EXPIRE_DAYS},
+            "action": {"type": "expire"},
+        },
+        {
+            "rulePriority": 2,
+            "description": f"keep the newest {keep} images",
+            "selection": {"tagStatus": "any", "countType": "imageCountMoreThan", "countNumber": keep},
+            "action": {"type": "expire"},
+        },
+    ]
+    return json.dumps({"rules": rules}, sort_keys=True)
+
+
+def _repository(name: str, repo_name: str, tags: dict[str, str], keep: int, parent: pulumi.Resource) -> aws.ecr.Repository:
+    """An ECR repository the stack owns: tags immutable, scanned on push, encrypted, with the
+    lifecycle policy; removing it removes its images (it only holds what the stack put there)."""
+    repository = aws.ecr.Repository(
+        name,
+        name=repo_name,
+        image_tag_mutability="IMMUTABLE",
+        image_scanning_configuration={"scan_on_push": True},
+        encryption_configurations=[{"encryption_type": "AES256"}],
+        force_delete=True,
+        tags=tags,
+        opts=pulumi.ResourceOptions(parent=parent),
+    )
+    aws.ecr.LifecyclePolicy(name, repository=repository.name, policy=lifecycle_policy(keep), opts=pulumi.ResourceOptions(parent=parent))
+    return repository
+
+
+def _registry_login(repository: aws.ecr.Repository, parent: pulumi.Resource) -> docker_build.RegistryArgs:
+    """pulumi-docker-build's registry credentials for the stack's ECR (``GetAuthorizationToken``)."""
+    token = aws.ecr.get_authorization_token_output(registry_id=repository.registry_id, opts=pulumi.InvokeOutputOptions(parent=parent))
+    return docker_build.RegistryArgs(address=repository.repository_url.apply(lambda u: u.split("/", 1)[0]), username=token.user_name, password=pulumi.Output.secret(token.password))
+
+
+class TrainingImage(pulumi.ComponentResource):
+    """The ECR repository and the training image built into it; ``ref`` is ``<repo url>@<digest>``."""
+
+    repository: aws.ecr.Repository
+    image: docker_build.Image
+    tag: str
+    ref: pulumi.Output[str]
+
+    def __init__(self, name: str, *, cluster_name: str, tags: dict[str, str], opts: pulumi.ResourceOptions | None = None):
+        super().__init__("training-platform:infra:TrainingImage", name, None, opts)
+        # removing the repository (every job brings its own image) removes the images too
+        self.repository = _repository(name, repository_name(cluster_name), tags, KEEP_TAGGED_IMAGES, self)
+        if problem := context_problem(PROJECT_DIR / CONTEXT):
+            raise pulumi.RunError(problem)
+        self.tag = image_tag()
+        url = self.repository.repository_url
+        self.image = docker_build.Image(
+            name,
+            context={"location": CONTEXT},
+            dockerfile={"location": f"{CONTEXT}/{DOCKERFILE}"},
+            platforms=[docker_build.Platform(PLATFORM)],
+            build_args=dict(versions.WORKLOAD_BUILD_ARGS),
+            tags=[url.apply(lambda u: f"{u}:{self.tag}")],
+            push=True,
+            pull=False,
+            build_on_preview=False,
+            registries=[_registry_login(self.repository, self)],
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.ref = pulumi.Output.all(url, self.image.digest).apply(lambda a: f"{a[0]}@{a[1]}")
+        self.register_outputs({"repositoryUrl": url, "tag": self.tag, "ref": self.ref})
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+class ImageMirror(pulumi.ComponentResource):
+    """The stack's copies of the Docker Hub images its objects name by default (the runtimes'
+    and the smoke check's, the TensorFlow job's default): :meth:`resolve` gives an object back
+    with each Docker Hub image replaced by its copy, made on first use: one ECR repository per
+    upstream repository, each pinned tag copied into it at deploy. ``refs``: upstream reference ->
+    ``<repo url>:<tag>@<digest>`` of its copy.
+
+    The copy is pulumi-docker-build's ``Index`` (``docker buildx imagetools create --tag <copy>
+    <upstream>``, provider/internal/client.go ``ManifestCreate``): with one source it copies the
+    image and its platforms from registry to registry (Docker docs, "Copy image between
+    registries"), on the machine running ``pulumi up``, which pulls from Docker Hub once per
+    pinned tag; the nodes pull the copy from the stack's ECR, which has no anonymous per-address
+    limit. A preview copies nothing (``Index.Update`` returns on a dry run). The copy's tag is the
+    upstream's, so an unchanged pin changes no input and pushes nothing (``Index.Diff``); a new pin
+    is a new resource, and the old copy is kept (``retain_on_delete``) for pods that still run it
+    until the lifecycle policy expires it. Why not an ECR pull-through cache rule: for Docker Hub
+    it needs Docker Hub credentials in a Secrets Manager secret (ECR User Guide, "Sync an upstream
+    registry with an Amazon ECR private registry"), which a stack cannot make; and the images are
+    not on ECR Public (its ``docker/library`` namespace holds Docker's official images only)."""
+
+    refs: dict[str, pulumi.Output[str]]
+
+    def __init__(self, name: str, *, cluster_name: str, tags: dict[str, str], opts: pulumi.ResourceOptions | None = None):
+        super().__init__("training-platform:infra:ImageMirror", name, None, opts)
+        self._name, self._cluster_name, self._tags = name, cluster_name, tags
+        self._repositories: dict[str, aws.ecr.Repository] = {}
+        self.refs = {}
+        self.register_outputs({})
+
+    def copy(self, ref: str) -> pulumi.Output[str]:
+        """The copy of upstream ``ref`` (a tagged reference), made once."""
+        if ref not in self.refs:
+            repo, tag = images.repository_and_tag(ref)
+            if repo not in self._repositories:
+                self._repositories[repo] = _repository(f"{self._name}-{_slug(repo)}", mirror_repository_name(self._cluster_name, ref), self._tags, KEEP_MIRRORED_IMAGES, self)
+            repository = self._repositories[repo]
+            self.refs[ref] = docker_build.Index(
+                f"{self._name}-{_slug(repo)}-{_slug(tag)}",
+                sources=[f"{repo}:{tag}"],
+                tag=repository.repository_url.apply(lambda u, tag=tag: f"{u}:{tag}"),
+                push=True,
+                registry=_registry_login(repository, self),
+                opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
+            ).ref
+        return self.refs[ref]
+
+    def resolve(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """``obj`` naming the copies of the Docker Hub images it names."""
+        found = {ref for _path, ref in images.image_fields(obj) if images.from_docker_hub(ref)}
+        return images.with_images(obj, {ref: self.copy(ref) for ref in sorted(found)})

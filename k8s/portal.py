@@ -1,0 +1,139 @@
+"""The teams' portal in the cluster (``portal.enabled``): its image (portal/Dockerfile, built and
+pushed to the stack's ECR like the training image), its Kubernetes objects (k8s/builders/portal.py), and
+what serves its Ingresses: the AWS Load Balancer Controller (pinned chart, the IAM policy of its
+release, a Pod Identity role as Karpenter's controller has) where the GPU pool is self-managed, and
+Auto Mode's own load balancing (an IngressClass of ``eks.amazonaws.com/alb``) in Auto Mode.
+
+Its type string says ``infra`` as it did before the folders were arranged by side: a component's
+type is part of every child's URN, so renaming it would replace the deployed resources."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pathlib
+from typing import Any
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_docker_build as docker_build
+
+import versions
+from config.labels import NODE_ROLE_LABEL
+from infra.registry import PLATFORM, _registry_login, _repository
+from k8s import helm
+from k8s.builders import portal as mp
+from k8s.resources import apply_manifest
+
+PROJECT_DIR = pathlib.Path(__file__).resolve().parent.parent
+DOCKERFILE = "portal/Dockerfile"
+IAM_POLICY = PROJECT_DIR / "config" / "alb_controller_iam_policy.json"
+ALB_CONTROLLER_NAMESPACE = "kube-system"
+ALB_CONTROLLER_SERVICE_ACCOUNT = "aws-load-balancer-controller"
+KEEP_IMAGES = 10
+
+
+def image_sources() -> dict[str, bytes]:
+    """The files the portal's Dockerfile copies (its dockerignore's allow list), by path."""
+    allowed = [line[1:] for line in (PROJECT_DIR / "portal/Dockerfile.dockerignore").read_text().splitlines() if line.startswith("!")]
+    out: dict[str, bytes] = {DOCKERFILE: (PROJECT_DIR / DOCKERFILE).read_bytes()}
+    for rel in allowed:
+        path = PROJECT_DIR / rel
+        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
+        for f in files:
+            out[f.relative_to(PROJECT_DIR).as_posix()] = f.read_bytes()
+    return out
+
+
+def image_tag() -> str:
+    """A tag from the image's inputs: the copied files and the build args."""
+    h = hashlib.sha256()
+    for rel, data in sorted(image_sources().items()):
+        h.update(rel.encode() + b"\0" + hashlib.sha256(data).digest())
+    h.update(json.dumps(build_args(), sort_keys=True).encode())
+    return h.hexdigest()[:16]
+
+
+def build_args() -> dict[str, str]:
+    return {"BASE_IMAGE": versions.PORTAL_BASE_IMAGE, "PORTAL_UID": versions.PORTAL_UID}
+
+
+def alb_controller_policy() -> str:
+    text = IAM_POLICY.read_text()
+    if hashlib.sha256(text.encode()).hexdigest() != versions.ALB_CONTROLLER_IAM_POLICY_SHA256:
+        raise pulumi.RunError(f"{IAM_POLICY.name} is not the file of {versions.ALB_CONTROLLER_IAM_POLICY_SOURCE} (its SHA-256 differs): fetch it again from there")
+    return json.dumps(json.loads(text))
+
+
+def alb_controller_values(cluster_name: Any, region: str, vpc_id: Any) -> dict[str, Any]:
+    """The chart's values (helm/aws-load-balancer-controller/values.yaml at v3.5.0: clusterName, region,
+    vpcId, serviceAccount.name, nodeSelector; it creates the IngressClass ``alb``)."""
+    return {"clusterName": cluster_name, "region": region, "vpcId": vpc_id, "serviceAccount": {"create": True, "name": ALB_CONTROLLER_SERVICE_ACCOUNT}, "nodeSelector": {NODE_ROLE_LABEL: "system"}}
+
+
+class Portal(pulumi.ComponentResource):
+    def __init__(self, name: str, *, settings: Any, cluster: Any, network: Any, gpu_aws: Any, provider: Any, tags: dict[str, str], opts: pulumi.ResourceOptions | None = None):
+        super().__init__("training-platform:infra:Portal", name, None, opts)
+        s = settings
+        portal = s.portal
+        child = pulumi.ResourceOptions(parent=self)
+        k8s_opts = pulumi.ResourceOptions(parent=self, provider=provider)
+        lb_name = mp.load_balancer_name(s.cluster_name)
+        ident = aws.get_caller_identity_output(opts=pulumi.InvokeOptions(parent=self))
+        partition = aws.get_partition_output(opts=pulumi.InvokeOptions(parent=self))
+        signer = pulumi.Output.all(partition.partition, ident.account_id).apply(lambda a: mp.signer_prefix(a[0], s.region, a[1], lb_name))
+        teams = list(portal.teams)
+        namespaces = {t: s.tenants.namespace_of(t) for t in teams}
+        quotas = {t: s.tenants.teams()[t].gpu_quota for t in teams}
+        document = signer.apply(lambda sg: json.dumps(mp.settings_document(portal, region=s.region, signer=sg, namespaces=namespaces, quotas=quotas), sort_keys=True))
+        config_hash = document.apply(lambda d: hashlib.sha256(d.encode()).hexdigest()[:16])
+
+        # the image, as the training image is built (infra/registry.py)
+        repository = _repository(f"{name}-image", f"{s.cluster_name}/portal"[:256].lower(), tags, KEEP_IMAGES, self)
+        tag = image_tag()
+        url = repository.repository_url
+        image = docker_build.Image(
+            f"{name}-image", context={"location": "."}, dockerfile={"location": DOCKERFILE}, platforms=[docker_build.Platform(PLATFORM)], build_args=build_args(),
+            tags=[url.apply(lambda u: f"{u}:{tag}")], push=True, pull=False, build_on_preview=False, registries=[_registry_login(repository, self)], opts=child,
+        )
+        self.image_ref = pulumi.Output.all(url, image.digest).apply(lambda a: f"{a[0]}@{a[1]}")
+
+        # what serves the Ingresses
+        serves: list[pulumi.Resource] = []
+        if s.gpu_pool.mode == "auto":
+            serves += [apply_manifest(m, k8s_opts) for m in mp.auto_mode_ingress_class(portal)]
+        else:
+            role = aws.iam.Role(f"{name}-alb-controller", assume_role_policy=_pod_identity_trust(), tags=tags, opts=child)
+            policy = aws.iam.Policy(f"{name}-alb-controller", policy=alb_controller_policy(), tags=tags, opts=child)
+            attach = aws.iam.RolePolicyAttachment(f"{name}-alb-controller", role=role.name, policy_arn=policy.arn, opts=child)
+            assoc = aws.eks.PodIdentityAssociation(
+                f"{name}-alb-controller", cluster_name=cluster.eks_cluster.eks_cluster.name, namespace=ALB_CONTROLLER_NAMESPACE, service_account=ALB_CONTROLLER_SERVICE_ACCOUNT,
+                role_arn=role.arn, opts=pulumi.ResourceOptions(parent=self, depends_on=[gpu_aws.pod_identity_agent]),
+            )
+            serves.append(helm.release(
+                "aws-load-balancer-controller", chart=versions.ALB_CONTROLLER_CHART, repo=versions.ALB_CONTROLLER_CHART_REPO, version=versions.ALB_CONTROLLER_VERSION,
+                namespace=ALB_CONTROLLER_NAMESPACE, values=alb_controller_values(cluster.eks_cluster.eks_cluster.name, s.region, network.vpc_id),
+                opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[attach, assoc]),
+            ))
+
+        vpc_cidr = s.network.cidr if not s.network.vpc_id else aws.ec2.get_vpc_output(id=s.network.vpc_id, opts=pulumi.InvokeOptions(parent=self)).cidr_block
+        ns = apply_manifest(mp.namespace(), k8s_opts)
+        in_ns = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[ns])
+        objs = [
+            mp.service_account(), mp.impersonator_role(teams), mp.impersonator_binding(), mp.config_map(document),
+            mp.service(), mp.network_policy([vpc_cidr]),
+        ]
+        made = [apply_manifest(m, in_ns) for m in objs]
+        # the client secret: a Pulumi secret in the state (the Secret's stringData marked so)
+        made.append(apply_manifest(mp.oidc_secret(portal.client_id, portal.client_secret), pulumi.ResourceOptions.merge(in_ns, pulumi.ResourceOptions(additional_secret_outputs=["stringData", "data"]))))
+        deployment = apply_manifest(mp.deployment(self.image_ref, config_hash), pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[ns, *made]))
+        for m in mp.ingresses(portal, lb_name=lb_name):
+            apply_manifest(m, pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[ns, deployment, *made, *serves]))
+        self.url = f"https://{portal.host}/"
+        self.register_outputs({"url": self.url, "image": self.image_ref})
+
+
+def _pod_identity_trust() -> str:
+    from infra.gpu_aws import pod_identity_trust
+
+    return pod_identity_trust()
