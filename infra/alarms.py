@@ -25,6 +25,7 @@ Authorization Reference, Amazon CloudWatch: the alarm ARN format).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pulumi
@@ -126,7 +127,7 @@ class Alarms(pulumi.ComponentResource):
     and subscriptions, the log metric filters and the CloudWatch alarms. ``depends_on``: the log
     groups the filters read."""
 
-    def __init__(self, name: str, *, settings: Settings, cluster_name: str, log_groups: list[pulumi.Resource], tags: dict[str, str], opts: pulumi.ResourceOptions | None = None):
+    def __init__(self, name: str, *, settings: Settings, cluster_name: str, log_groups: Sequence[pulumi.Resource], tags: dict[str, str], opts: pulumi.ResourceOptions | None = None):
         super().__init__("training-platform:infra:Alarms", name, None, opts)
         o = pulumi.ResourceOptions(parent=self)
         a = settings.observability.alarms
@@ -159,7 +160,7 @@ class Alarms(pulumi.ComponentResource):
             aws.cloudwatch.LogMetricFilter(
                 f"{name}-{kind}", name=METRIC_FILTER.name(cluster_name, "trainjobs", kind), log_group_name=f["log_group_name"], pattern=f["pattern"],
                 metric_transformation=aws.cloudwatch.LogMetricFilterMetricTransformationArgs(name=f["metric"]["name"], namespace=f["metric"]["namespace"], value=f["metric"]["value"]),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=log_groups),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=list(log_groups)),
             )
         self.alarms = {}
         for key, spec in specs.items():

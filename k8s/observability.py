@@ -41,6 +41,6 @@ class Observability(pulumi.ComponentResource):
         )
         self.operations = Operations(
             f"{name}-ops", settings=settings, provider=cluster.provider, gpu_ready=[*capacity.node_pools, *capacity.plugins], trainer=trainer.release,
-            keep_kinds=keep_kinds, job_label=JOB_LABEL, opts=child, images=images,
+            keep_kinds=list(keep_kinds), job_label=JOB_LABEL, opts=child, images=images,
         )
         self.register_outputs({"mode": mode, "dashboard": dashboard_name(cluster.name) if self.cloudwatch else None})
