@@ -11,7 +11,8 @@ What a team gets, and why it is shaped so:
   (image pulls, dataset downloads, DNS). Enforced by the VPC CNI network-policy agent, which the
   cluster turns on when teams exist (``infra/cluster.py``).
 * **Least privilege**: the Role lets the team create and delete TrainJobs and ConfigMaps (their
-  code) and read pods, pod logs and events, in its namespace, and nothing else: no Secrets, no
+  code), read pods, pod logs, events, JobSets, Jobs and Kueue's Workloads and queue, and exec into
+  its pods, in its namespace, and nothing else: no Secrets, no
   Pods of its own (privileged or not), no quota or policy edits. Bound to a Kubernetes group that
   the team's EKS access entries carry.
 * **Quota**: the ResourceQuota caps GPUs (and CPU/memory when set); the LimitRange gives a
@@ -63,10 +64,23 @@ TEAM_RULES: list[dict[str, Any]] = [
     {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "delete", "get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["pods", "events"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    # `kubectl exec` into the team's own pods (they run the team's code already, under Pod Security restricted). kubectl's
+    # WebSocket exec is a GET ("get"), its SPDY fallback a POST ("create"); from Kubernetes 1.35 a GET upgrade is also
+    # authorized for "create" (feature gate AuthorizePodWebsocketUpgradeCreatePermission, beta on: kubernetes v1.36.0
+    # pkg/features/kube_features.go, pkg/registry/core/pod/rest/subresources.go ExecREST.Connect), so both verbs
+    {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create", "get"]},
+    # read-only: the objects between a TrainJob and its pods (the Trainer's JobSet, JobSet's batch Jobs), for debugging
+    {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch"]},
     # the runtimes a job can run on (trainctl's runtime lookup, the Kubeflow SDK's get_job/list_runtimes)
     {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainingruntimes"], "verbs": ["get", "list", "watch"]},
-    # the team's queue as Kueue sees it (trainctl usage, the portal's queue position and GPU use): its Workloads and
-    # LocalQueue, and the LocalQueue's pending list (kueue v0.19.2 config/components/rbac/pending_workloads_lq_viewer_role.yaml)
+    # the team's queue as Kueue sees it (trainctl status and usage, the portal's queue position and GPU use): its Workloads
+    # and LocalQueue, and the LocalQueue's pending list through Kueue's visibility API (served in v1beta1 and v1beta2 at
+    # kueue v0.19.2: pkg/visibility/server.go, pkg/visibility/storage/storage.go "localqueues/pendingworkloads"). The rule is
+    # that of Kueue's own ClusterRole (kueue v0.19.2 config/components/rbac/pending_workloads_lq_viewer_role.yaml, in the
+    # chart as <release>-pending-workloads-lq-viewer-role), written here rather than bound: the chart's aggregated
+    # <release>-batch-user-role would also grant creating and patching JobSets, batch Jobs and TrainJobs directly
+    # (config/components/rbac/*_editor_role.yaml), past the TrainJob admission policy.
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads", "localqueues"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["visibility.kueue.x-k8s.io"], "resources": ["localqueues/pendingworkloads"], "verbs": ["get", "list", "watch"]},
 ]
