@@ -37,8 +37,8 @@ try:
 except ConfigError as err:  # nothing has been registered yet
     raise pulumi.RunError(str(err)) from None
 
-for problem in for_deploy:
-    pulumi.log.warn(f"rendered offline, but pulumi up and preview refuse it: {problem}")
+if for_deploy:  # kept offline (the render, the local control plane): said once, every key named
+    pulumi.log.warn("rendered offline, but pulumi up and preview refuse " + "; ".join(f"{p.key} ({p.allowed.split(';')[0]})" for p in for_deploy))
 
 for gap in settings.fact_gaps():  # facts the table lacks for this Region: said once, not refused
     pulumi.log.warn(gap)
