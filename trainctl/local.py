@@ -18,6 +18,7 @@ grace period (its ``--grace-seconds``, else its runtime's), then SIGKILL.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import pathlib
@@ -115,8 +116,21 @@ def node_problems(nodes: int, procs_per_node: int = 1) -> list[str]:
     return []
 
 
+def setup_problem() -> str | None:
+    """What this installation lacks to run a job locally (one line), or None. The trainctl package
+    (pip install) carries no emulator and no torch: local mode runs from the platform's checkout."""
+    if not (PROJECT_DIR / "tools" / "emulate.py").is_file():
+        return ("local mode runs the platform's emulator, which the trainctl package does not install: clone the training-platform repository, "
+                "run `make venv` there and use its .venv/bin/trainctl (submitting to a cluster needs neither)")
+    if importlib.util.find_spec("torch") is None:
+        return f"local mode runs the job with torch, which {sys.executable} lacks: run `make venv` in the platform's checkout (it installs requirements.txt) and use its .venv/bin/trainctl"
+    return None
+
+
 def submit(cm: dict, trainjob: dict, *, stack: str = "dev", timeout_s: float = 3600, grace_s: int | None = None) -> dict:
     """Start the emulator on the objects in the background; refuse a name that exists."""
+    if missing := setup_problem():
+        raise LocalError(missing)
     name = trainjob["metadata"]["name"]
     d = job_dir(name)
     if d.exists():
