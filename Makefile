@@ -10,7 +10,7 @@ OUT    := out/$(if $(PROJECT),$(PROJECT)/)$(STACK)
 JOB    ?= $(if $(PROJECT),$(STACK),ddp)
 EMULATE_ARGS ?=
 
-.PHONY: venv venv-tf render validate test emulate bench bench-gpu lint policy clean image docs schema golden dashboard-preview cluster-up cluster-down cluster-build cluster-build-e2e e2e
+.PHONY: venv venv-tf render validate test emulate bench bench-gpu lint policy clean image docs schema golden cost dashboard-preview cluster-up cluster-down cluster-build cluster-build-e2e e2e
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ venv-tf: $(VENV_TF)/.installed
 ## render: run the program under Pulumi's mock runtime -> out/$(STACK)/plan.json + manifests/
 render: venv
 	$(PY) -m tools.render --stack $(STACK) $(if $(PROJECT),--project $(PROJECT))
+
+## cost: what $(STACK) costs per hour at its configured sizes and the GPU vCPU quotas its jobs need
+## (prices and their source in config/prices.yaml; offline)
+cost: venv
+	$(PY) -m tools.cost --stack $(STACK)
 
 ## validate: a bare API server (etcd + kube-apiserver of the stack's minor, the pinned CRDs, the render's
 ## admission policies; cached builds) judges every rendered object as a create, with the Trainer version the

@@ -191,16 +191,20 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     cluster = _cluster(args)
     tj = cluster.get_trainjob(args.name)
-    pods = cluster.pods(args.name)
-    job_events = cluster.events("TrainJob", args.name)
+    refused: list[str] = []  # reads the API server refused: shown as "not allowed: ...", never as "none"
+    pods = jobstate.readable(refused, cluster.pods, args.name, default=[])
+    job_events = jobstate.readable(refused, cluster.events, "TrainJob", args.name, default=[])
     prefix = f"trainjob-{args.name}-"
-    workload_events = [e for e in cluster.events("Workload") if e["involvedObject"]["name"].startswith(prefix)]
-    steps = cluster.job(args.name).steps
-    report = status_report(tj, pods, job_events, workload_events, steps)
+    workload_events = [e for e in jobstate.readable(refused, cluster.events, "Workload", default=[]) if e["involvedObject"]["name"].startswith(prefix)]
+    queue = jobstate.queue_report(cluster, tj, refused=refused)
+    steps = jobstate.readable(refused, lambda: cluster.job(args.name).steps, default=[])
+    report = status_report(tj, pods, job_events, workload_events, steps, queue=queue, refused=refused)
     found = jobstate.progress_of(cluster, tj, pods)
     if found:
         report["progress"] = found
-    fields = [(k, report.get(k)) for k in ("name", "namespace", "phase", "admission", "runtime", "nodes", "restarts", "progress", "created", "started", "finished", "lastFailure")]
+    fields = [(k, report.get(k)) for k in ("name", "namespace", "phase", "admission", "priority", "queuePosition", "runtime", "nodes", "restarts", "progress", "created", "started", "finished", "lastFailure")]
+    fields = [(k, v) for k, v in fields if v is not None or k not in ("priority", "queuePosition")]
+    fields += [("notAllowed", line) for line in report.get("notAllowed", [])]
     if args.output == "table":
         from rich.console import Console
 

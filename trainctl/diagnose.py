@@ -48,6 +48,7 @@ class Evidence:
     nodes: list[dict] = field(default_factory=list)  # the nodes its pods ran on
     log_lines: dict[str, list[str]] = field(default_factory=dict)  # pod -> its last lines
     exit_codes: dict[str, int] = field(default_factory=dict)  # pod -> exit code (local runs)
+    refused: list[str] = field(default_factory=list)  # reads the API server refused ("not allowed: ..." lines)
 
 
 _LOG_PATTERNS = [
@@ -99,6 +100,9 @@ def _capacity_hint(msg: str) -> str:
 
 def _when(e: dict) -> str:
     return str(e.get("lastTimestamp") or e.get("eventTime") or (e.get("metadata") or {}).get("creationTimestamp") or "")
+
+
+NOT_ALLOWED = "evidence you may not read"
 
 
 def diagnose(ev: Evidence) -> list[Finding]:
@@ -187,4 +191,7 @@ def diagnose(ev: Evidence) -> list[Finding]:
         failed = _cond(ev.trainjob, "Failed")
         if failed and failed.get("status") == "True" and "Deadline" in (failed.get("reason", "") + failed.get("message", "")):
             add("deadline exceeded", f"trainjob {_name(ev.trainjob)}: {failed.get('reason')}: {failed.get('message', '')}", "the job ran past trainjobs.<job>.activeDeadlineSeconds: raise it or make the job shorter")
+    # what could not be read: said, so that an empty finding list never means "nothing wrong" by mistake
+    for line in ev.refused:
+        add(NOT_ALLOWED, line, "the API server refused these reads, so the findings above may miss their causes: ask the platform team for the read access docs/debugging.md lists")
     return list(found.values())

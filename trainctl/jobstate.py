@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from k8s.builders.tenants import QUEUE_LABEL
-from trainctl import diagnose, objects, progress
+from k8s.builders.tenants import LOCAL_QUEUE, QUEUE_LABEL
+from trainctl import diagnose, objects, progress, usage
 from trainctl.code import CodeBundle
-from trainctl.kube import ClusterError, KubeApi
+from trainctl.kube import ClusterError, KubeApi, NotAllowed
 
 RESTART_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 """The JobSet restart attempt a pod belongs to (kubernetes-sigs/jobset pkg/constants RestartsKey)."""
@@ -93,14 +93,21 @@ def last_failure(tj: dict, pods: list[dict], job_events: list[dict]) -> str | No
     return f"{warning.get('reason')}: {warning.get('message')}" if warning else None
 
 
-def status_report(tj: dict, pods: list[dict], job_events: list[dict], workload_events: list[dict], steps: list[Any]) -> dict:
+def status_report(tj: dict, pods: list[dict], job_events: list[dict], workload_events: list[dict], steps: list[Any], *, queue: dict | None = None, refused: list[str] | None = None) -> dict:
+    """``queue``: :func:`queue_report`'s (Kueue's word from the job's Workload, its priority and
+    position); ``refused``: the reads the API server refused (each a "not allowed: ..." line)."""
     started, finished = times(tj, pods)
     trainer = tj["spec"].get("trainer") or {}
+    said = admission(tj, job_events, workload_events)
+    if queue and queue.get("kueue"):  # the Workload's conditions say more than the events
+        said = (f"queued in {queue['queue']}: " if phase(tj) == "Queued" else "") + queue["kueue"]
+    extra = {k: v for k, v in {"priority": (queue or {}).get("priority"), "queuePosition": (queue or {}).get("position")}.items() if v is not None}
     return {
         "name": tj["metadata"]["name"],
         "namespace": tj["metadata"].get("namespace"),
         "phase": phase(tj),
-        "admission": admission(tj, job_events, workload_events),
+        "admission": said,
+        **extra,
         "runtime": tj["spec"]["runtimeRef"]["name"],
         "nodes": trainer.get("numNodes"),
         "restarts": restarts(pods),
@@ -109,7 +116,143 @@ def status_report(tj: dict, pods: list[dict], job_events: list[dict], workload_e
         "finished": finished,
         "lastFailure": last_failure(tj, pods, job_events),
         "steps": [{"name": s.name, "status": s.status, "pod": s.pod_name} for s in steps],
+        **({"notAllowed": list(dict.fromkeys(refused))} if refused else {}),
     }
+
+
+# --- Kueue: why a job waits, and where ---------------------------------------------------------
+
+
+def readable(refused: list[str] | None, fn, *args: Any, default: Any = None) -> Any:
+    """``fn(*args)``; where the API server refuses the read and ``refused`` is a list, the refusal's
+    line is added to it and ``default`` returned (the rest of a report still shows)."""
+    try:
+        return fn(*args)
+    except NotAllowed as err:
+        if refused is None:
+            raise
+        refused.append(str(err))
+        return default
+
+
+def _wcond(w: dict, kind: str) -> dict | None:
+    return next((c for c in (w.get("status") or {}).get("conditions") or [] if c.get("type") == kind), None)
+
+
+def _true(w: dict, kind: str) -> bool:
+    return (_wcond(w, kind) or {}).get("status") == "True"
+
+
+def workload_of(workloads: list[dict], name: str) -> dict | None:
+    """The TrainJob's current Workload (owned by it; the newest if a restart left an old one)."""
+    mine = [w for w in workloads if usage.job_of(w) == name]
+    return max(mine, key=lambda w: w["metadata"].get("creationTimestamp") or "", default=None)
+
+
+def workload_state(w: dict) -> str:
+    """Kueue's word on a job, from its Workload's conditions (kueue v0.19.2
+    apis/kueue/v1beta2/workload_types.go: QuotaReserved, Admitted, Evicted, Finished; a
+    QuotaReserved False carries the scheduler's reason and message, e.g. reason Pending "couldn't
+    assign flavors to pod set node: insufficient quota for nvidia.com/gpu in flavor gpu-pool,
+    previously considered podsets requests (0) + current podset request (36) > maximum capacity
+    (32)", pkg/scheduler/flavorassigner/flavorassigner.go)."""
+    cq = ((w.get("status") or {}).get("admission") or {}).get("clusterQueue")
+    if _true(w, "Finished"):
+        f = _wcond(w, "Finished") or {}
+        return f"finished ({f.get('reason')})"
+    if _true(w, "Admitted"):
+        return f"admitted by ClusterQueue {cq}"
+    evicted = _wcond(w, "Evicted")
+    lead = f"evicted ({evicted.get('reason')}: {evicted.get('message')}), requeued; " if evicted and evicted.get("status") == "True" else ""
+    if _true(w, "QuotaReserved"):
+        return f"{lead}quota reserved in ClusterQueue {cq}, waiting for its admission checks"
+    qr = _wcond(w, "QuotaReserved")
+    if qr and qr.get("status") == "False":
+        return f"{lead}{qr.get('reason')}: {qr.get('message')}"
+    return f"{lead}waiting for Kueue to consider it"
+
+
+def priority_of(w: dict) -> str | None:
+    """The Workload's priority class and value (``spec.priorityClassRef.name``, ``spec.priority``)."""
+    spec = w.get("spec") or {}
+    name, value = (spec.get("priorityClassRef") or {}).get("name"), spec.get("priority")
+    if name is None and value is None:
+        return None
+    return f"{name} ({value})" if name else str(value)
+
+
+def pending_queue(cluster: KubeApi, queue: str = LOCAL_QUEUE) -> dict[str, Any]:
+    """The LocalQueue's pending Workloads in Kueue's order: its visibility API where served and
+    allowed (:meth:`KubeApi.pending_workloads`), else the namespace's Workloads ordered by Kueue's
+    rules (kueue v0.19.2 pkg/cache/queue/cluster_queue.go baseCompareFunc: higher priority first,
+    then the older, then the uid), marked estimated; ``why`` says why it is an estimate."""
+    why = "the visibility API is not served"
+    try:
+        found = cluster.pending_workloads(queue)
+    except NotAllowed as err:
+        found, why = None, str(err)
+    if found is not None:
+        items = [{"workload": i["metadata"]["name"], "job": usage.job_of(i), "position_in_local_queue": i.get("positionInLocalQueue"), "position_in_cluster_queue": i.get("positionInClusterQueue"), "priority": i.get("priority")} for i in found]
+        return {"source": "kueue visibility API", "estimated": False, "items": items}
+    try:
+        workloads = cluster.all_workloads(all_namespaces=False)
+    except ClusterError as err:
+        return {"source": "unavailable", "estimated": True, "items": [], "why": f"{why}; {err}"}
+    pending = [w for w in workloads if (w.get("spec") or {}).get("queueName", queue) == queue and not _true(w, "QuotaReserved") and not _true(w, "Finished")]
+    pending.sort(key=lambda w: (-int((w.get("spec") or {}).get("priority") or 0), w["metadata"].get("creationTimestamp") or "", w["metadata"].get("uid") or ""))
+    items = [{"workload": w["metadata"]["name"], "job": usage.job_of(w), "position_in_local_queue": i, "position_in_cluster_queue": None, "priority": (w.get("spec") or {}).get("priority")} for i, w in enumerate(pending)]
+    return {"source": f"estimated from the namespace's Workloads by Kueue's ordering ({why})", "estimated": True, "items": items, "why": why}
+
+
+def queue_position(queue: dict[str, Any], name: str) -> dict[str, Any]:
+    """The job's place in :func:`pending_queue`'s list (positions from 0, as Kueue counts) and the jobs ahead."""
+    items = queue["items"]
+    mine = next((i for i in items if i["job"] == name), None)
+    ahead = [i["job"] for i in items if mine is not None and i is not mine and (i["position_in_local_queue"] or 0) < (mine["position_in_local_queue"] or 0)]
+    return {"position": mine["position_in_local_queue"] if mine else None, "position_in_cluster_queue": mine["position_in_cluster_queue"] if mine else None, "ahead": ahead,
+            "source": queue["source"], "estimated": queue["estimated"]}
+
+
+def position_text(pos: dict[str, Any], queue: str) -> str:
+    """One line for people: 1-based, with who is ahead and where the figure comes from."""
+    if pos["position"] is None:
+        return f"not among the pending workloads of LocalQueue {queue} ({pos['source']})"
+    text = f"{pos['position'] + 1} in LocalQueue {queue}"
+    if pos.get("position_in_cluster_queue") is not None:
+        text += f", {pos['position_in_cluster_queue'] + 1} in its ClusterQueue"
+    if pos["ahead"]:
+        text += f"; ahead: {', '.join(pos['ahead'][:5])}" + (f" and {len(pos['ahead']) - 5} more" if len(pos["ahead"]) > 5 else "")
+    return text + (f" ({pos['source']})" if pos["estimated"] else "")
+
+
+def queue_report(cluster: KubeApi, tj: dict, *, refused: list[str] | None = None) -> dict[str, Any]:
+    """What Kueue says of a job, as the caller may read it: ``queue`` (its LocalQueue), ``kueue``
+    (:func:`workload_state`, or the refusal), ``priority``, and for a job still waiting its
+    ``position`` (text) and ``positionDetail`` (:func:`queue_position`). A refused read is named
+    (and added to ``refused``), never taken for "none"."""
+    name = tj["metadata"]["name"]
+    queue = (tj["metadata"].get("labels") or {}).get(QUEUE_LABEL)
+    out: dict[str, Any] = {"queue": queue}
+    if not queue:
+        return out
+    try:
+        workloads = cluster.workloads(name)
+    except NotAllowed as err:
+        if refused is not None:
+            refused.append(str(err))
+        out["kueue"] = f"unknown: {err}"
+        return out
+    wl = workload_of(workloads, name)
+    if wl is None:  # none yet, or a cluster without Kueue's Workloads: the events say what there is
+        return out
+    out["kueue"], out["priority"] = workload_state(wl), priority_of(wl)
+    if phase(tj) == "Queued" and not _true(wl, "QuotaReserved"):
+        pending = pending_queue(cluster, queue)
+        if pending.get("why", "").startswith("not allowed: ") and refused is not None:
+            refused.append(pending["why"])
+        detail = queue_position(pending, name)
+        out["position"], out["positionDetail"] = position_text(detail, queue), detail
+    return out
 
 
 def _restarted(cs: dict) -> bool:
@@ -128,24 +271,33 @@ def progress_of(cluster: KubeApi, trainjob: dict, pods: list[dict] | None = None
     except ClusterError:  # progress is a nicety: a listing never fails for it
         return None
     node0 = next((p["metadata"]["name"] for p in pods if p["metadata"]["name"].startswith(f"{name}-node-0-0")), None)
-    return progress.of_lines(cluster.log_tail(node0, lines=200)) if node0 else None
+    try:
+        return progress.of_lines(cluster.log_tail(node0, lines=200)) if node0 else None
+    except ClusterError:
+        return None
 
 
-def job_events(cluster: KubeApi, name: str) -> tuple[list[dict], list[dict], list[dict]]:
-    """(the TrainJob's events, its pods' events, its Kueue Workloads' events)."""
-    pods = [e for e in cluster.events("Pod") if e["involvedObject"]["name"].startswith(f"{name}-")]
-    workloads = [e for e in cluster.events("Workload") if e["involvedObject"]["name"].startswith(f"trainjob-{name}-")]
-    return cluster.events("TrainJob", name), pods, workloads
+def job_events(cluster: KubeApi, name: str, *, refused: list[str] | None = None) -> tuple[list[dict], list[dict], list[dict]]:
+    """(the TrainJob's events, its pods' events, its Kueue Workloads' events). With ``refused``, events
+    the caller may not read are none and the refusal is added there (:func:`readable`)."""
+    pods = [e for e in readable(refused, cluster.events, "Pod", default=[]) if e["involvedObject"]["name"].startswith(f"{name}-")]
+    workloads = [e for e in readable(refused, cluster.events, "Workload", default=[]) if e["involvedObject"]["name"].startswith(f"trainjob-{name}-")]
+    return readable(refused, cluster.events, "TrainJob", name, default=[]), pods, workloads
 
 
 def evidence(cluster: KubeApi, name: str) -> diagnose.Evidence:
-    """Everything :func:`trainctl.diagnose.diagnose` reads about one job, as the caller may read it."""
+    """Everything :func:`trainctl.diagnose.diagnose` reads about one job, as the caller may read it;
+    what the API server refuses is named in ``refused`` (the TrainJob itself must be readable).
+    Nodes are cluster-scoped: a team reads none, by design, and none is asked of it."""
     tj = cluster.get_trainjob(name)
-    pods = cluster.pods(name)
-    own, of_pods, of_workloads = job_events(cluster, name)
+    refused: list[str] = []
+    pods = readable(refused, cluster.pods, name, default=[])
+    own, of_pods, of_workloads = job_events(cluster, name, refused=refused)
     nodes = cluster.nodes({p["spec"]["nodeName"] for p in pods if p.get("spec", {}).get("nodeName")})
     failed_pods = [p["metadata"]["name"] for p in pods if (p.get("status") or {}).get("phase") == "Failed" or any(_restarted(cs) for cs in (p.get("status") or {}).get("containerStatuses") or [])]
-    return diagnose.Evidence(trainjob=tj, pods=pods, workloads=cluster.workloads(name), events=own + of_pods + of_workloads, nodes=nodes, log_lines={p: cluster.log_tail(p) for p in failed_pods[:4]})
+    logs = {p: readable(refused, cluster.log_tail, p, default=[]) for p in failed_pods[:4]}
+    workloads = readable(refused, cluster.workloads, name, default=[])
+    return diagnose.Evidence(trainjob=tj, pods=pods, workloads=workloads, events=own + of_pods + of_workloads, nodes=nodes, log_lines=logs, refused=list(dict.fromkeys(refused)))
 
 
 def submit(cluster: KubeApi, req: objects.Request, bundle: CodeBundle, *, instance_type_given: bool, trainer_version: str | None = None, runtime_name: str | None = None) -> dict[str, Any]:

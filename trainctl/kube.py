@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,6 +35,7 @@ from k8s.builders.runtimes import FAMILY_LABEL, JOBSET_NAME_LABEL, RUNTIME_LABEL
 
 GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
 TRAINJOBS, RUNTIMES = "trainjobs", "clustertrainingruntimes"
+VISIBILITY_GROUP, VISIBILITY_VERSION = "visibility.kueue.x-k8s.io", "v1beta2"
 # The OpenAPI v3 document of a group-version is readable by every authenticated user (the
 # system:discovery ClusterRole grants /openapi/*). A CRD kind's schema is named
 # <group reversed>.<version>.<Kind> (kube-openapi util.ToRESTFriendlyName, used by
@@ -46,6 +48,33 @@ SHAPE_VERSIONS = {"runtimePatches": "v2.3.0", "podTemplateOverrides": "v2.1.0"}
 
 class ClusterError(Exception):
     """A failed cluster call, as one line for the user."""
+
+
+class NotAllowed(ClusterError):
+    """The API server refused a read (HTTP 403): one line naming the verb, the resource and the
+    namespace, so a refusal never reads as "none"."""
+
+    def __init__(self, verb: str, resource: str, namespace: str | None):
+        self.verb, self.resource, self.namespace = verb, resource, namespace
+        where = f"in {namespace}" if namespace else "at the cluster scope"
+        super().__init__(f"not allowed: {verb} {resource} {where} (ask the platform team)")
+
+
+# The API server's 403 message (k8s.io/apiserver v0.34.4 pkg/endpoints/handlers/responsewriters/
+# errors.go forbiddenMessage): 'User "u" cannot <verb> resource "<resource>[/<sub>]" in API group
+# "<group>" in the namespace "<ns>"' or '... at the cluster scope'.
+_FORBIDDEN = re.compile(r'cannot (\S+) resource "([^"]+)" in API group "[^"]*"(?: in the namespace "([^"]+)")?')
+
+
+def not_allowed(err: BaseException, verb: str | None = None, resource: str | None = None, namespace: str | None = None) -> NotAllowed | None:
+    """The :class:`NotAllowed` of a 403 (also wrapped by the SDK), else None: the verb, resource and
+    namespace as the caller names them, else as the API server's message names them."""
+    if status_of(err) != 403:
+        return None
+    found = _FORBIDDEN.search(api_message(err))
+    if found:
+        verb, resource, namespace = verb or found.group(1), resource or found.group(2), namespace or found.group(3)
+    return NotAllowed(verb or "read", resource or "this", namespace)
 
 
 def unreachable(err: BaseException) -> str:
@@ -166,10 +195,14 @@ class KubeApi:
             self._trainer = TrainerClient(backend_config=KubernetesBackendConfig(namespace=self.namespace, client_configuration=self.configuration))
         return self._trainer
 
-    def _call(self, what: str, fn, *args, **kwargs) -> Any:
+    def _call(self, what: str, fn, *args, read: tuple[str, str] | None = None, **kwargs) -> Any:
+        """``read``: (verb, resource) of a read in the namespace, whose 403 is :class:`NotAllowed`."""
         try:
             return fn(*args, **kwargs)
         except ApiException as err:
+            refused = not_allowed(err, *read, self.namespace) if read else None
+            if refused:
+                raise refused from None
             raise ClusterError(f"{what}: {api_message(err)}") from None
         except (OSError, HTTPError) as err:  # urllib3 connection errors (MaxRetryError after its retries)
             raise ClusterError(f"{what}: {unreachable(err)}") from None
@@ -265,7 +298,7 @@ class KubeApi:
         return self._call(f"creating trainjob {body['metadata']['name']}", self.custom.create_namespaced_custom_object, GROUP, VERSION, self.namespace, TRAINJOBS, body)
 
     def list_trainjobs(self) -> list[dict]:
-        return self._call("listing trainjobs", self.custom.list_namespaced_custom_object, GROUP, VERSION, self.namespace, TRAINJOBS).get("items", [])
+        return self._call("listing trainjobs", self.custom.list_namespaced_custom_object, GROUP, VERSION, self.namespace, TRAINJOBS, read=("list", TRAINJOBS)).get("items", [])
 
     def get_trainjob(self, name: str) -> dict:
         try:
@@ -274,25 +307,26 @@ class KubeApi:
         except ApiException as err:
             if err.status == 404:
                 raise ClusterError(f"trainjob {name} not found in namespace {self.namespace}") from None
-            raise ClusterError(f"reading trainjob {name}: {api_message(err)}") from None
+            raise not_allowed(err, "get", TRAINJOBS, self.namespace) or ClusterError(f"reading trainjob {name}: {api_message(err)}") from None
 
     def pods(self, name: str) -> list[dict]:
-        found = self._call(f"listing the pods of {name}", self.core.list_namespaced_pod, self.namespace, label_selector=f"{JOBSET_NAME_LABEL}={name}", _preload_content=False)
+        found = self._call(f"listing the pods of {name}", self.core.list_namespaced_pod, self.namespace, label_selector=f"{JOBSET_NAME_LABEL}={name}", _preload_content=False, read=("list", "pods"))
         return json.loads(found.data).get("items", [])  # as served (timestamps as the API writes them)
 
     def events(self, kind: str, name: str | None = None) -> list[dict]:
         selector = f"involvedObject.kind={kind}" + (f",involvedObject.name={name}" if name else "")
-        found = self._call("listing events", self.core.list_namespaced_event, self.namespace, field_selector=selector, _preload_content=False)
+        found = self._call("listing events", self.core.list_namespaced_event, self.namespace, field_selector=selector, _preload_content=False, read=("list", "events"))
         return json.loads(found.data).get("items", [])
 
     def workloads(self, name: str) -> list[dict]:
-        """Kueue's Workloads of the TrainJob (named ``trainjob-<name>-<hash>``); none without Kueue."""
+        """Kueue's Workloads of the TrainJob (named ``trainjob-<name>-<hash>``); none without Kueue
+        (404: the cluster serves no Workloads); :class:`NotAllowed` when they may not be read."""
         try:
             found: Any = self.custom.list_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", self.namespace, "workloads")
         except ApiException as err:
-            if err.status in (403, 404):
+            if err.status == 404:
                 return []
-            raise ClusterError(f"listing workloads: {api_message(err)}") from None
+            raise not_allowed(err, "list", "workloads", self.namespace) or ClusterError(f"listing workloads: {api_message(err)}") from None
         return [w for w in found.get("items", []) if w["metadata"]["name"].startswith(f"trainjob-{name}-")]
 
     def all_workloads(self, *, all_namespaces: bool) -> list[dict]:
@@ -304,7 +338,7 @@ class KubeApi:
             else:
                 found = self.custom.list_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", self.namespace, "workloads")
         except ApiException as err:
-            raise ClusterError(f"{what}: {api_message(err)}") from None
+            raise not_allowed(err, "list", "workloads", None if all_namespaces else self.namespace) or ClusterError(f"{what}: {api_message(err)}") from None
         return found.get("items", [])
 
     def nodes(self, names: set[str]) -> list[dict]:
@@ -319,10 +353,16 @@ class KubeApi:
         return out
 
     def log_tail(self, pod: str, lines: int = 40) -> list[str]:
+        """The pod's last lines; none where it has none yet; :class:`NotAllowed` when refused."""
         try:
             found: Any = self.core.read_namespaced_pod_log(pod, self.namespace, tail_lines=lines, _preload_content=False)
             text = found.data.decode(errors="replace")
-        except (ApiException, HTTPError):
+        except ApiException as err:
+            refused = not_allowed(err, "get", "pods/log", self.namespace)
+            if refused:
+                raise refused from None
+            return []
+        except HTTPError:
             return []
         return text.splitlines()
 
@@ -334,7 +374,7 @@ class KubeApi:
         except (RuntimeError, TimeoutError, ApiException) as err:
             if status_of(err) == 404:
                 raise ClusterError(f"{what}: not found in namespace {self.namespace}") from None
-            raise ClusterError(f"{what}: {api_message(err)}") from None
+            raise not_allowed(err) or ClusterError(f"{what}: {api_message(err)}") from None
 
     def runtimes(self) -> list[Any]:
         return self._sdk("listing runtimes", self.trainer.list_runtimes)
@@ -348,7 +388,7 @@ class KubeApi:
         except (RuntimeError, TimeoutError, ApiException) as err:
             if status_of(err) == 404:
                 raise ClusterError(f"trainjob {name}: not found in namespace {self.namespace}") from None
-            raise ClusterError(f"logs of {name}: {api_message(err)}") from None
+            raise not_allowed(err, "get", "pods/log", self.namespace) or ClusterError(f"logs of {name}: {api_message(err)}") from None
 
     def delete_trainjob(self, name: str) -> None:
         self._sdk(f"deleting trainjob {name}", self.trainer.delete_job, name)
@@ -371,7 +411,26 @@ class KubeApi:
         when done): what ``trainctl logs`` reads through the SDK, here without it."""
         return self._call(
             f"logs of pod {pod}", self.core.read_namespaced_pod_log, pod, self.namespace, container=container, follow=follow, tail_lines=tail_lines, _preload_content=False,
+            read=("get", "pods/log"),
         )
+
+    def pending_workloads(self, queue: str) -> list[dict] | None:
+        """The LocalQueue's pending Workloads in Kueue's order, from Kueue's visibility API
+        (``visibility.kueue.x-k8s.io`` v1beta2, also served as v1beta1: kueue v0.19.2
+        pkg/visibility/server.go; items are ``PendingWorkload``: name, ownerReferences, priority,
+        positionInLocalQueue, positionInClusterQueue, apis/visibility/v1beta2/types.go). None where the
+        cluster does not serve it (404: no APIService; 503: registered, its server not answering);
+        :class:`NotAllowed` when it may not be read."""
+        path = f"/apis/{VISIBILITY_GROUP}/{VISIBILITY_VERSION}/namespaces/{self.namespace}/localqueues/{queue}/pendingworkloads"
+        try:
+            found = self.raw_get(path)
+        except ApiException as err:
+            if err.status in (404, 503):
+                return None
+            raise not_allowed(err, "get", "localqueues/pendingworkloads", self.namespace) or ClusterError(f"reading the pending workloads of {queue}: {api_message(err)}") from None
+        except (OSError, HTTPError) as err:
+            raise ClusterError(f"reading the pending workloads of {queue}: {unreachable(err)}") from None
+        return list((found or {}).get("items") or [])
 
     def raw_get(self, path: str) -> Any:
         """GET an API path as JSON (aggregated APIs the typed clients do not know); ApiException is raised."""

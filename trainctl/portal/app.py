@@ -42,7 +42,7 @@ def _status_of(err: ClusterError) -> int:
             return status
     if " not found in namespace " in text:
         return 404
-    if text.startswith("you may not "):
+    if text.startswith(("you may not ", "not allowed: ")):  # not allowed: a refused read (trainctl/kube.py NotAllowed)
         return 403
     return 502
 

@@ -210,12 +210,15 @@ class Portal:
     def status(self, caller: Caller, namespace: str, name: str) -> dict[str, Any]:
         kube = self.kube(caller, namespace)
         tj = kube.get_trainjob(name)
-        pods = kube.pods(name)
-        own, of_pods, of_workloads = jobstate.job_events(kube, name)
+        refused: list[str] = []  # reads the caller may not make: named, never taken for "none" (as trainctl status)
+        pods = jobstate.readable(refused, kube.pods, name, default=[])
+        own, of_pods, of_workloads = jobstate.job_events(kube, name, refused=refused)
         started, finished = jobstate.times(tj, pods)
         state = jobstate.phase(tj)
         failure = jobstate.last_failure(tj, pods, own)
-        message = failure if state == "Failed" and failure else jobstate.admission(tj, own, of_workloads)
+        queue = jobstate.queue_report(kube, tj, refused=refused)
+        report = jobstate.status_report(tj, pods, own, of_workloads, [], queue=queue)
+        message = failure if state == "Failed" and failure else report["admission"]
         out: dict[str, Any] = {
             "trainjob_name": name, "namespace": namespace, "status": "Pending" if state == "Created" else state, "message": message,
             "created_at": tj["metadata"].get("creationTimestamp"), "started_at": started, "completed_at": finished,
@@ -225,8 +228,11 @@ class Portal:
         found = jobstate.progress_of(kube, tj, pods)
         out["progress"] = found
         out["progress_text"] = progress.text(found)
+        out["priority"] = queue.get("priority")
         if state == "Queued":
-            out["queue"] = self.queue_position(caller, namespace, name)
+            out["queue"] = queue.get("positionDetail") or self.queue_position(caller, namespace, name)
+            out["queue_text"] = queue.get("position")
+        out["not_allowed"] = list(dict.fromkeys(refused))
         return out
 
     def list(self, caller: Caller, namespace: str, *, with_progress: bool = True) -> list[dict[str, Any]]:
@@ -267,28 +273,8 @@ class Portal:
     # --- queue and team ----------------------------------------------------------------------------
 
     def _pending(self, kube: KubeApi) -> dict[str, Any]:
-        """The LocalQueue's pending Workloads in Kueue's order: its visibility API
-        (``visibility.kueue.x-k8s.io/v1beta2`` ``localqueues/<q>/pendingworkloads``: kueue v0.19.2
-        apis/visibility/v1beta2, served by pkg/visibility/server.go) where served, else the
-        namespace's Workloads ordered by Kueue's rules (kueue v0.19.2 pkg/cache/queue/cluster_queue.go
-        baseCompareFunc: higher priority first, then the older, then the uid), marked estimated."""
-        from k8s.builders.tenants import LOCAL_QUEUE
-
-        path = f"/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/{kube.namespace}/localqueues/{LOCAL_QUEUE}/pendingworkloads"
-        try:
-            found = kube.raw_get(path)
-            items = [{"workload": i["metadata"]["name"], "job": _owner(i), "position_in_local_queue": i.get("positionInLocalQueue"), "position_in_cluster_queue": i.get("positionInClusterQueue"), "priority": i.get("priority")} for i in found.get("items") or []]
-            return {"source": "kueue visibility API", "estimated": False, "items": items}
-        except Exception:  # noqa: BLE001  (not served here, or not readable: the estimate below)
-            pass
-        try:
-            workloads = kube.all_workloads(all_namespaces=False)
-        except ClusterError as err:
-            return {"source": "unavailable", "estimated": True, "items": [], "why": str(err)}
-        pending = [w for w in workloads if not _cond(w, "QuotaReserved") and not _cond(w, "Finished")]
-        pending.sort(key=lambda w: (-int((w.get("spec") or {}).get("priority") or 0), w["metadata"].get("creationTimestamp") or "", w["metadata"].get("uid") or ""))
-        items = [{"workload": w["metadata"]["name"], "job": _owner(w), "position_in_local_queue": i, "position_in_cluster_queue": None, "priority": (w.get("spec") or {}).get("priority")} for i, w in enumerate(pending)]
-        return {"source": "estimated from the namespace's Workloads by Kueue's ordering (the visibility API is not served)", "estimated": True, "items": items}
+        """The LocalQueue's pending Workloads in Kueue's order, as trainctl status reads them (trainctl/jobstate.py pending_queue)."""
+        return jobstate.pending_queue(kube)
 
     def queue_position(self, caller: Caller, namespace: str, name: str) -> dict[str, Any]:
         kube = self.kube(caller, namespace)
@@ -363,17 +349,4 @@ def gpus_of(tj: dict) -> int | None:
         return None
 
 
-def _cond(w: dict, kind: str) -> bool:
-    return any(c.get("type") == kind and c.get("status") == "True" for c in (w.get("status") or {}).get("conditions") or [])
-
-
-def _owner(w: dict) -> str:
-    return usage.job_of(w)
-
-
-def _position(queue: dict[str, Any], name: str) -> dict[str, Any]:
-    items = queue["items"]
-    mine = next((i for i in items if i["job"] == name), None)
-    ahead = [i["job"] for i in items if mine is not None and i is not mine and (i["position_in_local_queue"] or 0) < (mine["position_in_local_queue"] or 0)]
-    return {"position": mine["position_in_local_queue"] if mine else None, "position_in_cluster_queue": mine["position_in_cluster_queue"] if mine else None, "ahead": ahead,
-            "source": queue["source"], "estimated": queue["estimated"]}
+_position = jobstate.queue_position  # one copy: trainctl status and the portal place a job alike
