@@ -31,6 +31,7 @@ from trainctl.code import CodeError, collect
 from trainctl.jobstate import KUEUE_PENDING, KUEUE_STARTED, RESTART_LABEL, admission, last_failure, phase, restarts, status_report, times  # noqa: F401  (trainctl.cli's interface)
 from trainctl.kube import ClusterError, KubeApi, default_namespace, unreachable
 from trainctl.reports import _print_findings, _table, cmd_local, cmd_submit_local, emit, print_usage
+from workloads.builders import trainjobs as tj_builders
 
 
 class UsageError(Exception):
@@ -63,7 +64,9 @@ def parser() -> Parser:
     s.add_argument("--gpus-per-node", type=int, help="GPUs (processes) per node (default: all GPUs of the instance type)")
     s.add_argument("--instance-type", help=f"GPU instance type of each node (default: the smallest the cluster's GPU pool launches, from its published facts; else {objects.DEFAULT_INSTANCE_TYPE})")
     s.add_argument("--image", help="training image (default: the image of the cluster's runtime)")
-    s.add_argument("--name", help="TrainJob name (default: <code dir>-<hash of code and command>)")
+    s.add_argument("--name", help="TrainJob name (default: the code dir's name as a DNS label); a resubmit of a finished job's name replaces it and resumes from its checkpoints (/mnt/checkpoints/<name>)")
+    s.add_argument("--resume-from", metavar="JOB", help="start from another job's checkpoints: its directory /mnt/checkpoints/<JOB> in $TRAINING_RESUME_FROM (read it; write yours to $TRAINING_CHECKPOINT_DIR)")
+    s.add_argument("--deps-timeout", type=int, metavar="SECONDS", help=f"time limit for installing the code dir's requirements.txt on each node (default {tj_builders.DEFAULT_DEPS_TIMEOUT_S}; {objects.DEPS_TIMEOUT_MIN}-{objects.DEPS_TIMEOUT_MAX})")
     s.add_argument("--runtime", default="torch", help="torch (default) or tensorflow")
     s.add_argument("--runtime-name", help="the runtime's object name (default: found by label in the cluster; with --dry-run, computed from the platform's defaults)")
     s.add_argument("--trainer-version", help=f"Trainer release whose TrainJob shape to write (default: what the cluster serves; with --dry-run {versions.DEFAULT_TRAINER_VERSION})")
@@ -128,12 +131,14 @@ def cmd_submit(args: argparse.Namespace, command: list[str]) -> int:
     req = objects.Request(
         namespace=args.namespace, nodes=args.nodes, command=command, runtime=args.runtime, gpus_per_node=args.gpus_per_node, instance_type=args.instance_type or objects.DEFAULT_INSTANCE_TYPE,
         image=args.image, name=args.name, trainer_version=args.trainer_version or versions.DEFAULT_TRAINER_VERSION, runtime_name=args.runtime_name, efa_zone=args.efa_zone,
-        priority=args.priority, grace_seconds=args.grace_seconds,
+        priority=args.priority, grace_seconds=args.grace_seconds, resume_from=args.resume_from, deps_timeout=args.deps_timeout,
     )
     objects.check(req)  # before reading the code dir or calling the cluster
     bundle = collect(args.code_dir)
     if args.dry_run:
         cm, tj = objects.build(req, bundle)
+        if (warning := objects.efa_image_warning(req, None)) is not None:
+            print(f"trainctl: warning: {warning}", file=sys.stderr)
         if args.output == "json":
             print(json.dumps({"apiVersion": "v1", "kind": "List", "items": [cm, tj]}, indent=2))
         else:
@@ -143,6 +148,10 @@ def cmd_submit(args: argparse.Namespace, command: list[str]) -> int:
     done = jobstate.submit(cluster, req, bundle, instance_type_given=args.instance_type is not None, trainer_version=args.trainer_version, runtime_name=args.runtime_name)
     result = {k: done[k] for k in ("trainjob", "namespace", "configmap", "configmapCreated", "runtime", "trainerVersion")}
     created_cm, runtime_name = done["configmapCreated"], done["runtime"]
+    for warning in done.get("warnings", []):
+        print(f"trainctl: warning: {warning}", file=sys.stderr)
+    if done.get("replaced"):
+        print(f"trainctl: replaced the finished ({done['replaced']}) trainjob/{done['trainjob']}; its checkpoints stay: the job resumes from them", file=sys.stderr)
     if args.output == "table":
         reused = "" if created_cm else " (already there: same code)"
         print(f"trainjob/{result['trainjob']} created in {args.namespace}: {req.nodes} nodes on {runtime_name}, code in configmap/{result['configmap']}{reused}")

@@ -25,6 +25,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 NON_RETRYABLE = {2: "bad arguments", 3: "bad config or data"}
+DEPS_FAILED_EXIT = 4  # the launcher's exit when the code's requirements.txt did not install (workloads/programs/launch.py DEPS_FAILED)
+DEPS_CAUSE = "dependencies failed to install"  # also the launcher's marker line and termination message (launch.py DEPS_FAILED_TEXT)
+DEPS_LINE = re.compile(r"TRAINING_DEPS_FAILED " + DEPS_CAUSE + r": (.*)")
+DEPS_HINT = "fix requirements.txt (a name or version the index lacks, a conflict with what the image has: then a team image with --image), or raise --deps-timeout; the line is pip's last error"
 
 
 @dataclass
@@ -56,6 +60,7 @@ _LOG_PATTERNS = [
     (re.compile(r"Watchdog caught collective operation timeout|NCCL (?:communicator was aborted|timeout)|ProcessGroupNCCL.*[Tt]imeout|Connection reset by peer.*gloo|Gloo connectFullMesh failed"), "NCCL/collective timeout or hang", "a rank stopped or a link is down: check the other nodes' logs and their GPUs (diagnose the node); EFA jobs: the security group and placement"),
     (re.compile(r"stalled: no step progress"), "no step progress (hang guard)", "the job hung (a collective or a node): it is restarted; if it repeats, check the nodes' GPUs and network"),
     (re.compile(r"checkpoint volume full"), "checkpoint volume full", "free space on the checkpoint volume (old jobs' directories) or enlarge it, then resubmit"),
+    (DEPS_LINE, DEPS_CAUSE, DEPS_HINT),
     (re.compile(r"\bXid\b"), "GPU fault (Xid)", "the node's GPU reported an error: the node should be repaired or replaced; the job restarts elsewhere"),
 ]
 
@@ -121,6 +126,8 @@ def diagnose(ev: Evidence) -> list[Finding]:
                 add("out of memory (host)", f"pod {_name(pod)} container {container}: OOMKilled (exit {t.get('exitCode')})", "the pod exceeded its memory limit: fewer DataLoader workers, smaller host-side buffers, or a larger instance type")
             if t.get("exitCode") not in (None, 0):
                 codes.setdefault(_name(pod), t["exitCode"])
+            if t.get("exitCode") == DEPS_FAILED_EXIT and str(t.get("message") or "").startswith(DEPS_CAUSE):  # the launcher's termination message
+                add(DEPS_CAUSE, f"pod {_name(pod)}: {str(t['message']).strip()}", DEPS_HINT)
         for cs in (pod.get("status") or {}).get("containerStatuses") or []:
             w = (cs.get("state") or {}).get("waiting") or {}
             if w.get("reason") in ("ErrImagePull", "ImagePullBackOff", "InvalidImageName"):
@@ -135,6 +142,8 @@ def diagnose(ev: Evidence) -> list[Finding]:
             add("killed (SIGKILL)", f"{pod}: exit code 137", "killed: out of memory, a node that went away, or a grace period that ran out")
         elif code == 143:
             add("preemption or eviction", f"{pod}: exit code 143 (saved and left on SIGTERM)", "the job was stopped from outside; it resumes from the step it saved")
+        elif code == DEPS_FAILED_EXIT and DEPS_CAUSE not in found:
+            add(DEPS_CAUSE, f"{pod}: exit code {code} (the launcher: requirements.txt did not install)", DEPS_HINT)
         elif code == 124:
             add("no step progress (hang guard)", f"{pod}: exit code 124", "the job hung (a collective or a node): it is restarted; if it repeats, check the nodes")
     # the programs' own lines
@@ -142,7 +151,7 @@ def diagnose(ev: Evidence) -> list[Finding]:
         for line in lines:
             for pattern, cause, hint in _LOG_PATTERNS:
                 if pattern.search(line):
-                    add(cause, f"{pod}: {line.strip()}", hint)
+                    add(cause, f"{pod}: {line.strip().removeprefix('TRAINING_DEPS_FAILED ')}", hint)
     # Kueue
     for wl in ev.workloads:
         qr = _cond(wl, "QuotaReserved")

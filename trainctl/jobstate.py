@@ -5,6 +5,7 @@ operations take a :class:`~trainctl.kube.KubeApi` already bound to the caller's 
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -85,7 +86,10 @@ def last_failure(tj: dict, pods: list[dict], job_events: list[dict]) -> str | No
         for cs in (p.get("status") or {}).get("containerStatuses") or []:
             for state in (cs.get("state") or {}, cs.get("lastState") or {}):
                 term = state.get("terminated")
-                if term and term.get("exitCode", 0) != 0:
+                if term and term.get("exitCode", 0) != 0 and str(term.get("message") or "").startswith(diagnose.DEPS_CAUSE):
+                    # the launcher's termination message: "dependencies failed to install: <pip's last error line>"
+                    ended.append((term.get("finishedAt") or "", f"pod {p['metadata']['name']}: {str(term['message']).strip()}"))
+                elif term and term.get("exitCode", 0) != 0:
                     ended.append((term.get("finishedAt") or "", f"pod {p['metadata']['name']} container {cs['name']} exited {term['exitCode']} ({term.get('reason') or 'Error'})"))
     if ended:
         return max(ended)[1]
@@ -315,20 +319,76 @@ def submit(cluster: KubeApi, req: objects.Request, bundle: CodeBundle, *, instan
     else:  # the runtime's variant with that grace period, if the platform offers one
         runtime_name = objects.runtime_for(req, cluster.runtimes_of(objects.RUNTIMES[req.runtime]))
     req = replace(req, trainer_version=version, runtime_name=runtime_name)
-    req = objects.with_facts(req, cluster.platform_facts(), instance_type_given=instance_type_given)
+    facts = cluster.platform_facts()
+    req = objects.with_facts(req, facts, instance_type_given=instance_type_given)
     objects.check(req)
     cm, tj = objects.build(req, bundle)
+    warning = objects.efa_image_warning(req, facts)
     created_cm = cluster.create_configmap(cm)
+    replaced = None
     try:
-        created = cluster.create_trainjob(tj)
-    except ClusterError:
+        try:
+            created = cluster.create_trainjob(tj)
+        except ClusterError as err:
+            # a job of that name: replaced when it finished (a resubmit of a fixed job), else refused
+            if ALREADY_EXISTS not in str(err) or (replaced := replace_finished(cluster, tj["metadata"]["name"], keep_configmap=cm["metadata"]["name"])) is None:
+                raise
+            created = cluster.create_trainjob(tj)
+    except (ClusterError, objects.SubmitError):
         if created_cm:  # leave nothing behind
             cluster.delete_configmap(cm["metadata"]["name"])
         raise
     return {
         "trainjob": tj["metadata"]["name"], "namespace": cluster.namespace, "configmap": cm["metadata"]["name"], "configmapCreated": created_cm, "runtime": runtime_name,
         "trainerVersion": version, "nodes": req.nodes, "created": (created or {}).get("metadata", {}).get("creationTimestamp"),
+        **({"replaced": replaced} if replaced else {}), **({"warnings": [warning]} if warning else {}),
     }
+
+
+ALREADY_EXISTS = "already exists"
+"""The API server's word for a name taken (apimachinery pkg/api/errors NewAlreadyExists: ``%s %q already exists``)."""
+FINISHED = ("Complete", "Failed")
+GONE_TIMEOUT_S = 120.0
+
+
+def replace_finished(cluster: KubeApi, name: str, *, keep_configmap: str, timeout_s: float = GONE_TIMEOUT_S) -> str | None:
+    """A resubmit of ``name``: the TrainJob of that name is deleted when it finished (Complete or
+    Failed), with its JobSet and pods first (foreground deletion, waited for: the new job's JobSet
+    has the same name), and its code ConfigMap unless it is ``keep_configmap`` (the new job's) or
+    another job's; returns the phase it had (None: no such job any more). One still queued or
+    running is refused: :class:`objects.SubmitError`. The checkpoints under
+    ``/mnt/checkpoints/<name>`` stay: the new job resumes from them."""
+    try:
+        old = cluster.get_trainjob(name)
+    except NotAllowed:
+        raise
+    except ClusterError as err:
+        if f"trainjob {name} not found" in str(err):
+            return None
+        raise
+    was = phase(old)
+    if was not in FINISHED:
+        raise objects.SubmitError(
+            f"trainjob {name} exists and is {was}: a job of that name is replaced only once it finished (Complete or Failed); wait for it, trainctl delete {name}, or pass another --name"
+        )
+    old_cm = objects.code_configmap_of(old)
+    cluster.delete_trainjob_foreground(name)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            cluster.get_trainjob(name)
+        except NotAllowed:
+            raise
+        except ClusterError as err:
+            if f"trainjob {name} not found" in str(err):
+                break
+            raise
+        if time.monotonic() > deadline:
+            raise ClusterError(f"trainjob {name}: still being deleted after {timeout_s:.0f} s (its pods end first); try again shortly")
+        time.sleep(1.0)
+    if old_cm and old_cm != keep_configmap and not any(objects.code_configmap_of(t) == old_cm for t in cluster.list_trainjobs()):
+        cluster.delete_configmap(old_cm)
+    return was
 
 
 def delete(cluster: KubeApi, name: str, *, direct: bool = False) -> dict[str, Any]:

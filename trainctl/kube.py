@@ -406,6 +406,21 @@ class KubeApi:
         except (OSError, HTTPError) as err:
             raise ClusterError(f"deleting trainjob {name}: {unreachable(err)}") from None
 
+    def delete_trainjob_foreground(self, name: str) -> None:
+        """Delete the TrainJob after its dependents (``propagationPolicy: Foreground``: the API
+        server keeps it, with a deletion timestamp, until the objects it owns with
+        ``blockOwnerDeletion`` are gone: its JobSet, whose Jobs and pods go first in turn). The Trainer
+        sets that on the JobSet's owner reference (kubeflow/trainer pkg/runtime/framework/plugins/
+        jobset/jobset.go, Build: ``WithController(true).WithBlockOwnerDeletion(true)``)."""
+        try:
+            self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, TRAINJOBS, name, body={"propagationPolicy": "Foreground"})
+        except ApiException as err:
+            if err.status == 404:
+                return
+            raise ClusterError(f"deleting trainjob {name}: {api_message(err)}") from None
+        except (OSError, HTTPError) as err:
+            raise ClusterError(f"deleting trainjob {name}: {unreachable(err)}") from None
+
     def pod_log(self, pod: str, *, follow: bool, container: str = "node", tail_lines: int | None = None) -> Any:
         """The raw log response of a pod's container (``.stream()`` yields chunks; ``.release_conn()``
         when done): what ``trainctl logs`` reads through the SDK, here without it."""

@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 from trainctl import objects, proctree, progress
+from trainctl.diagnose import DEPS_CAUSE, DEPS_LINE
 
 HOME_ENV = "TRAINCTL_HOME"
 PROJECT_DIR = pathlib.Path(__file__).resolve().parent.parent  # the emulator is the project's tools/emulate.py
@@ -133,9 +134,20 @@ def submit(cm: dict, trainjob: dict, *, stack: str = "dev", timeout_s: float = 3
         raise LocalError(missing)
     name = trainjob["metadata"]["name"]
     d = job_dir(name)
-    if d.exists():
-        raise LocalError(f"a local job {name} exists already (trainctl delete --local {name}, or pass --name)")
+    replaced = None
+    if d.exists():  # a resubmit: a finished job of the name is replaced (its checkpoints stay), a running one refused
+        if _alive(_state(d)) or result(d) is None:
+            raise LocalError(f"a local job {name} exists and is running: a job of that name is replaced only once it finished; wait for it, trainctl delete --local {name}, or pass --name")
+        replaced = result(d)["status"]
+        delete(name)
     d.mkdir(parents=True)
+    # the claim every local job mounts at /mnt/checkpoints, as a team's jobs share its claim: a job's
+    # checkpoints outlive it, a resubmit of the name resumes from them, --resume-from reads another's
+    (d / "work" / "volumes").mkdir(parents=True)
+    for claim_name in claims_of(trainjob):
+        claim = home() / "volumes" / claim_name
+        claim.mkdir(parents=True, exist_ok=True)
+        (d / "work" / "volumes" / claim_name).symlink_to(claim, target_is_directory=True)
     (d / "objects.yaml").write_text(yaml.safe_dump_all([cm, trainjob], sort_keys=False))
     command = [
         sys.executable, "-m", "tools.emulate", "--stack", stack, "--trainjob", str(d / "objects.yaml"), "--work-dir", str(d / "work"),
@@ -147,10 +159,18 @@ def submit(cm: dict, trainjob: dict, *, stack: str = "dev", timeout_s: float = 3
         proc = subprocess.Popen(command, cwd=PROJECT_DIR, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     state = {
         "name": name, "pid": proc.pid, "started": _start_time(proc.pid), "submitted_at": time.time(), "nodes": trainjob["spec"]["trainer"].get("numNodes"), "command": command,
-        "marker": token, "grace_seconds": grace_s if grace_s is not None else grace_seconds(trainjob, stack),
+        "marker": token, "grace_seconds": grace_s if grace_s is not None else grace_seconds(trainjob, stack), **({"replaced": replaced} if replaced else {}),
     }
     (d / "job.json").write_text(json.dumps(state, indent=1))
     return state
+
+
+def claims_of(trainjob: dict) -> list[str]:
+    """The claims the job's pods mount (the emulator's ``work/volumes/<claim>``)."""
+    from k8s.builders import trainer_api
+
+    volumes = trainer_api.read_pod_customization(trainjob.get("spec", {})).get("volumes", [])
+    return sorted({v["persistentVolumeClaim"]["claimName"] for v in volumes if "persistentVolumeClaim" in v})
 
 
 def grace_seconds(trainjob: dict, stack: str) -> int:
@@ -207,6 +227,9 @@ def report(name: str) -> dict:
     progress = last_progress(d)
     if progress:
         out["progress"] = progress
+    for line in (out.get("failure") or {}).get("last_lines", []):  # the launcher's marker (trainctl/diagnose.py DEPS_LINE)
+        if m := DEPS_LINE.search(line):
+            out["cause"] = f"{DEPS_CAUSE}: {m.group(1)}"
     return out
 
 

@@ -15,7 +15,6 @@ worker per node (as the stack's TF job, ``workloads.builders.trainjobs.trainer_e
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass, replace
 from typing import Any
@@ -42,6 +41,7 @@ TRAINCTL_KIND = "trainctl"
 """The ``training-platform/job`` label of jobs submitted with trainctl."""
 DEFAULT_INSTANCE_TYPE = "g5.xlarge"
 """``--instance-type`` where the cluster publishes no facts (k8s/builders/platform_facts.py) to take it from."""
+DEPS_TIMEOUT_MIN, DEPS_TIMEOUT_MAX = 10, 7200  # --deps-timeout: pip's own socket timeout is 15 s; two hours is a build, not an install
 # TrainJob names: the CRD's CEL rules (kubeflow/trainer v2.3.0 trainjob_types.go: RFC 1035 label, at most 63)
 _NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$", re.ASCII)
 NAME_MAX = 63
@@ -68,6 +68,10 @@ class Request:
     efa_types: tuple[str, ...] = ()  # every EFA type of the cluster (its pools' layouts), from its published facts
     priority: str | None = None  # Kueue WorkloadPriorityClass; None: the team's default (published facts), else normal
     grace_seconds: int | None = None  # SIGTERM to SIGKILL (the pod's terminationGracePeriodSeconds): a runtime variant's; None: the base runtime's
+    resume_from: str | None = None  # another job whose checkpoint directory this one starts from (read only)
+    deps_timeout: int | None = None  # seconds for installing the code's requirements.txt; None: tj.DEFAULT_DEPS_TIMEOUT_S
+    pip_index_url: str | None = None  # the platform's (published facts); None: PyPI
+    pip_extra_index_urls: tuple[str, ...] = ()
 
 
 # the job-shape keys of the stack's TrainJob model (config/job_models.py JobBase) as trainctl's flags
@@ -115,6 +119,12 @@ def problems(req: Request) -> list[str]:
     problems += job_shape_problems(req)
     if req.name is not None and (why := name_problem(req.name)) is not None:
         problems.append(f"--name {req.name!r}: {why}")
+    if req.resume_from is not None and (why := name_problem(req.resume_from)) is not None:
+        problems.append(f"--resume-from {req.resume_from!r}: {why} (the name of the job whose checkpoints to start from)")
+    elif req.resume_from is not None and req.resume_from == req.name:
+        problems.append(f"--resume-from {req.resume_from}: the job's own name; a job resumes from its own checkpoints without it")
+    if req.deps_timeout is not None and not DEPS_TIMEOUT_MIN <= req.deps_timeout <= DEPS_TIMEOUT_MAX:
+        problems.append(f"--deps-timeout {req.deps_timeout}: allowed: {DEPS_TIMEOUT_MIN} to {DEPS_TIMEOUT_MAX} seconds")
     if req.trainer_version not in versions.TRAINER_VERSIONS:
         problems.append(f"--trainer-version {req.trainer_version!r}; allowed: {', '.join(versions.TRAINER_VERSIONS)}")
     if req.priority is not None and req.priority not in PRIORITIES:
@@ -164,6 +174,11 @@ def with_facts(req: Request, facts: dict[str, Any] | None, *, instance_type_give
         return req
     pools = facts.get("pools") or []
     changes: dict[str, Any] = {}
+    deps = facts.get("dependencies") or {}  # the platform's package index (k8s/builders/platform_facts.py)
+    if deps.get("indexUrl"):
+        changes["pip_index_url"] = deps["indexUrl"]
+    if deps.get("extraIndexUrls"):
+        changes["pip_extra_index_urls"] = tuple(deps["extraIndexUrls"])
     if req.priority is None and facts.get("defaultPriority"):
         changes["priority"] = facts["defaultPriority"]
     if not instance_type_given and facts.get("defaultInstanceType"):
@@ -183,6 +198,21 @@ def with_facts(req: Request, facts: dict[str, Any] | None, *, instance_type_give
                 raise SubmitError("--efa-zone: this cluster publishes no image with EFA's libraries; pass --image (one with libfabric and aws-ofi-nccl)")
             changes["image"] = facts["image"]
     return replace(req, **changes) if changes else req
+
+
+def efa_image_warning(req: Request, facts: dict[str, Any] | None) -> str | None:
+    """A warning (not a refusal) for an EFA job on an image of its own that is not the platform's
+    training image, the one known to carry EFA's software (workloads/Dockerfile installs libfabric
+    and aws-ofi-nccl; docs/images.md): without them NCCL does not use EFA. ``facts``: the cluster's
+    (None: a dry run, which knows no image)."""
+    if not req.efa_zone or req.image is None:
+        return None
+    known = (facts or {}).get("image")
+    if known and req.image == known:
+        return None
+    platform = f"the platform's training image ({known})" if known else "the platform's training image (trainctl submit without --image uses it)"
+    return (f"--image {req.image} with --efa-zone: not {platform}, the one known to carry EFA's software (libfabric, aws-ofi-nccl); "
+            "an image without them does not use EFA: NCCL falls back to TCP sockets, much slower")
 
 
 SCRIPT_SUFFIXES = (".py", ".sh")
@@ -229,13 +259,31 @@ def with_launcher(bundle: CodeBundle) -> CodeBundle:
     return replace(bundle, files={**bundle.files, **shipped}, paths={**bundle.paths, **{name: name for name in shipped}})
 
 
-def default_name(req: Request, bundle: CodeBundle) -> str:
-    """``<code dir name>-<hash of the code and the request>``: the same submission gives the same
-    name (a resubmit is refused as existing rather than started twice)."""
-    base = re.sub(r"[^a-z0-9-]+", "-", bundle.root.resolve().name.lower()).strip("-")
-    base = re.sub(r"^[^a-z]+", "", base) or "job"
-    digest = hashlib.sha256(repr((tj.code_hash(bundle.files), req.command, req.nodes, req.runtime, req.instance_type, req.gpus_per_node, req.image)).encode()).hexdigest()[:6]
-    return f"{base[: NAME_MAX - 7].rstrip('-')}-{digest}"
+def default_name(bundle: CodeBundle) -> str:
+    """The code directory's name as a TrainJob name (an RFC 1035 label: lowercase, runs of other
+    characters as one ``-``, a letter first, at most 63 characters; ``job`` when nothing is left).
+    Not the code's hash: a fixed job keeps its name, so its checkpoint directory
+    ``/mnt/checkpoints/<name>`` (:data:`tj.CHECKPOINT_DIR_ENV`) and resumes from it."""
+    base = re.sub(r"[^a-z0-9-]+", "-", bundle.root.resolve().name.lower())
+    base = re.sub(r"^[^a-z]+", "", base)
+    base = re.sub(r"-+", "-", base[:NAME_MAX]).strip("-")
+    return base or "job"
+
+
+def dependencies(req: Request, bundle: CodeBundle) -> tj.Dependencies | None:
+    """How the launcher installs the code directory's top-level requirements.txt (None without one)."""
+    if tj.REQUIREMENTS_FILE not in bundle.paths:
+        return None
+    return tj.Dependencies(
+        index_url=req.pip_index_url or tj.DEFAULT_PIP_INDEX_URL, extra_index_urls=tuple(req.pip_extra_index_urls),
+        timeout_seconds=req.deps_timeout if req.deps_timeout is not None else tj.DEFAULT_DEPS_TIMEOUT_S,
+    )
+
+
+def checkpoint_env(name: str, resume_from: str | None) -> list[dict]:
+    """Where the job's code writes and finds its checkpoints, and the other job's it starts from."""
+    env = [{"name": tj.CHECKPOINT_DIR_ENV, "value": f"{tj.CHECKPOINT_MOUNT}/{name}"}]
+    return env + ([{"name": tj.RESUME_FROM_ENV, "value": f"{tj.CHECKPOINT_MOUNT}/{resume_from}"}] if resume_from else [])
 
 
 def platform_for(req: Request) -> JobPlatform:
@@ -261,12 +309,14 @@ def build(req: Request, bundle: CodeBundle) -> tuple[dict, dict]:
     check(req)
     bundle = with_launcher(bundle)
     platform = platform_for(req)
-    workload = tj.Workload(
-        key=TRAINCTL_KIND, kind=TRAINCTL_KIND, name=req.name or default_name(req, bundle), program="", runtime=RUNTIMES[req.runtime], settings=JobBase, tiny_profile=(),
-    )
+    name = req.name or default_name(bundle)
+    if req.resume_from == name:
+        raise SubmitError(f"--resume-from {name}: the job's own name (the code dir's); a job resumes from its own checkpoints without it")
+    workload = tj.Workload(key=TRAINCTL_KIND, kind=TRAINCTL_KIND, name=name, program="", runtime=RUNTIMES[req.runtime], settings=JobBase, tiny_profile=())
     job = JobBase(enabled=True, num_nodes=req.nodes, instance_type=req.instance_type, gpus_per_node=req.gpus_per_node, image=req.image, termination_grace_seconds=req.grace_seconds)
     configmap, trainjob = tj.run_objects(
         workload, job, platform, files=bundle.files, entry=entry(req, bundle), priority=req.priority, image=req.image if req.image is not None else tj.RUNTIME_IMAGE,
+        deps=dependencies(req, bundle), env=checkpoint_env(name, req.resume_from),
     )
     items = bundle.items
     if items:

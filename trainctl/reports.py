@@ -44,12 +44,14 @@ def cmd_submit_local(args: argparse.Namespace, command: list[str]) -> int:
     req = objects.Request(
         namespace=args.namespace or "local", nodes=args.nodes, command=command, runtime=args.runtime, gpus_per_node=args.gpus_per_node if args.gpus_per_node is not None else 1,
         instance_type=args.instance_type or objects.DEFAULT_INSTANCE_TYPE, image=args.image, name=args.name, trainer_version=args.trainer_version or versions.DEFAULT_TRAINER_VERSION,
-        grace_seconds=args.grace_seconds, priority=args.priority, efa_zone=args.efa_zone,
+        grace_seconds=args.grace_seconds, priority=args.priority, efa_zone=args.efa_zone, resume_from=args.resume_from, deps_timeout=args.deps_timeout,
     )
     found = objects.problems(req) + local.node_problems(req.nodes, req.gpus_per_node or 1)
     if found:  # every problem at once, before the code dir is read
         raise objects.SubmitError("\n".join(found))
     cm, tj = objects.build(req, collect(args.code_dir))
+    if (warning := objects.efa_image_warning(req, None)) is not None:
+        print(f"trainctl: warning: {warning}", file=sys.stderr)
     if args.dry_run:
         if args.output == "json":
             print(json.dumps({"apiVersion": "v1", "kind": "List", "items": [cm, tj]}, indent=2))
@@ -59,6 +61,8 @@ def cmd_submit_local(args: argparse.Namespace, command: list[str]) -> int:
         return 0
     state = local.submit(cm, tj, grace_s=req.grace_seconds)
     name = state["name"]
+    if state.get("replaced"):
+        print(f"trainctl: replaced the finished ({state['replaced']}) local job {name}; its checkpoints stay: the job resumes from them", file=sys.stderr)
     if args.output == "table":
         print(f"{name}: {req.nodes} nodes on this machine (emulator pid {state['pid']}); follow it: trainctl logs --local {name} -f")
     else:
@@ -77,7 +81,7 @@ def cmd_local(args: argparse.Namespace) -> int:
     elif args.cmd == "status":
         r = local.report(args.name)
         if args.output == "table":
-            for key in ("name", "phase", "nodes", "restarts", "progress", "reason", "message", "submitted"):
+            for key in ("name", "phase", "nodes", "restarts", "progress", "reason", "message", "cause", "submitted"):
                 if r.get(key) is not None:
                     print(f"{key + ':':<10} {r[key]}")
             failure = r.get("failure")

@@ -42,6 +42,35 @@ CODE_HASH_ANNOTATION = "training-platform/code-sha256"
 DDP_SAMPLES = 60000  # generated digits per epoch: MNIST's training-set size
 JOB_NAME_ENV = "TRAINING_JOB_NAME"  # the job label of the programs' metric lines (workloads/programs/trainlib.py)
 STALL_ENV = "TRAINING_STALL_TIMEOUT_S"  # the programs' hang watchdog (trainlib.Progress)
+CHECKPOINT_DIR_ENV = "TRAINING_CHECKPOINT_DIR"  # trainctl's jobs: /mnt/checkpoints/<job>, kept across resubmits of the name
+RESUME_FROM_ENV = "TRAINING_RESUME_FROM"  # trainctl submit --resume-from: another job's checkpoint directory, to read
+# A code directory's requirements.txt, installed by the launcher before the command (workloads/programs/launch.py,
+# whose names these are): an emptyDir on the node's disk holds pip's cache and the installed packages. Pod Security
+# "restricted", which team namespaces enforce, allows emptyDir volumes and refuses hostPath (Kubernetes docs, Pod
+# Security Standards: "Restricted ... Volume Types: ... emptyDir" listed, hostPath not; k8s/builders/admission.py ALLOWED_VOLUMES).
+DEPS_VOLUME = "training-deps"
+DEPS_MOUNT = "/var/cache/training-deps"
+DEPS_SIZE_LIMIT = "20Gi"  # a full node disk evicts every pod on it: the kubelet evicts this pod alone past the limit
+REQUIREMENTS_FILE = "requirements.txt"
+DEFAULT_PIP_INDEX_URL = "https://pypi.org/simple"
+DEFAULT_DEPS_TIMEOUT_S = 600
+
+
+@dataclass(frozen=True)
+class Dependencies:
+    """How the launcher installs a code directory's requirements.txt: the platform's index (its
+    published facts) and the job's time limit (``trainctl submit --deps-timeout``)."""
+
+    index_url: str = DEFAULT_PIP_INDEX_URL
+    extra_index_urls: tuple[str, ...] = ()
+    timeout_seconds: int = DEFAULT_DEPS_TIMEOUT_S
+
+    def env(self) -> list[dict]:
+        extra = [{"name": "TRAINING_PIP_EXTRA_INDEX_URLS", "value": " ".join(self.extra_index_urls)}] if self.extra_index_urls else []
+        return [
+            {"name": "TRAINING_DEPS_DIR", "value": DEPS_MOUNT}, {"name": "TRAINING_PIP_INDEX_URL", "value": self.index_url}, *extra,
+            {"name": "TRAINING_DEPS_TIMEOUT_S", "value": str(self.timeout_seconds)},
+        ]
 
 
 def _stall_env(job: JobBase) -> list[dict]:
@@ -262,7 +291,7 @@ RUNTIME_IMAGE = object()
 
 def trainjob(
     workload: Workload, job: JobBase, platform: JobPlatform | Settings, *, code_configmap: str, image: Any = None, runtime_name: str | None = None, queue: str | None = None, entry: dict[str, Any] | None = None,
-    priority: str | None = None,
+    priority: str | None = None, deps: Dependencies | None = None, env: list[dict] | None = None,
 ) -> dict:
     """The TrainJob of a workload on its runtime (``runtime_name``: the runtime's current
     content-hashed name; computed from the settings when not given). ``image``: the trainer image
@@ -271,7 +300,9 @@ def trainjob(
     (with Kueue on); the job then also names its GPU pool, so Kueue picks that pool's flavor.
     ``entry``: the trainer's ``command``/``args``/``numProcPerNode`` (``trainctl`` passes the
     user's command); default :func:`trainer_entry` of the workload. ``platform``: the facts of the
-    platform it runs on (:mod:`workloads.builders.job_platform`; a stack's settings are taken as theirs)."""
+    platform it runs on (:mod:`workloads.builders.job_platform`; a stack's settings are taken as theirs).
+    ``deps``: the code ships a requirements.txt: the launcher's volume and settings (:class:`Dependencies`).
+    ``env``: more variables for the trainer (trainctl's checkpoint directory)."""
     if not isinstance(platform, JobPlatform):
         platform = of_settings(platform, queue=queue is not None)
     image = image if image is not None else job.image
@@ -310,6 +341,9 @@ def trainjob(
             }
         ],
     }
+    if deps is not None:
+        pod_spec["volumes"].append({"name": DEPS_VOLUME, "emptyDir": {"sizeLimit": DEPS_SIZE_LIMIT}})
+        pod_spec["containers"][0]["volumeMounts"].append({"name": DEPS_VOLUME, "mountPath": DEPS_MOUNT})
     # a job's own grace period is its runtime's (runtime_key), never a pod patch: Kueue drops that
     init = initializer(job, platform) if entry is None else None  # trainctl's own commands bring no initializer
     field, value = trainer_api.pod_customization(platform.trainer_version, metadata=None, pod_spec=pod_spec, job_metadata=initializer_pod_metadata(init))
@@ -330,7 +364,8 @@ def trainjob(
                 "numNodes": job.num_nodes,
                 "resourcesPerNode": resources_per_node(job, platform),
                 # with initializers the program reads data and models from disk: never the hub
-                "env": [*job_env(job, platform), *([{"name": "HF_HUB_OFFLINE", "value": "1"}] if init else []), {"name": JOB_NAME_ENV, "value": workload.name}, *_stall_env(job), *_preflight_env(job, efa_devices(job, platform))],
+                "env": [*job_env(job, platform), *([{"name": "HF_HUB_OFFLINE", "value": "1"}] if init else []), {"name": JOB_NAME_ENV, "value": workload.name}, *_stall_env(job), *_preflight_env(job, efa_devices(job, platform)),
+                        *(deps.env() if deps is not None else []), *(env or [])],
             },
             **({"initializer": init} if init else {}),
             field: value,
@@ -356,15 +391,16 @@ def run_image(job: JobBase, platform_image: Any, copy: Callable[[str], Any] | No
 
 def run_objects(
     workload: Workload, job: JobBase, platform: JobPlatform, *, files: Mapping[str, str | bytes], image: Any = None, runtime_name: str | None = None, entry: dict[str, Any] | None = None,
-    priority: str | None = None, code_prefix: str = CODE_PREFIX,
+    priority: str | None = None, code_prefix: str = CODE_PREFIX, deps: Dependencies | None = None, env: list[dict] | None = None,
 ) -> tuple[dict, dict]:
     """The one function that builds a run's objects, its code ConfigMap and its TrainJob, from the
     job model and the facts of the platform it runs on: the platform's ``trainjobs.<job>``
     (workloads/trainjobs.py), a TrainJob stack (workloads/__main__.py) and ``trainctl submit``
     (trainctl/objects.py) all call it. ``code_prefix``: the ConfigMap's name before its content hash
-    (a TrainJob stack's run: ``<its TrainJob>-code``, so it never shares the platform's)."""
+    (a TrainJob stack's run: ``<its TrainJob>-code``, so it never shares the platform's). ``deps`` and
+    ``env``: as :func:`trainjob` takes them (trainctl's jobs)."""
     configmap = code_configmap(platform.namespace, files, code_prefix)
     manifest = trainjob(
-        workload, job, platform, code_configmap=configmap["metadata"]["name"], image=image, runtime_name=runtime_name, queue=platform.queue, entry=entry, priority=priority,
+        workload, job, platform, code_configmap=configmap["metadata"]["name"], image=image, runtime_name=runtime_name, queue=platform.queue, entry=entry, priority=priority, deps=deps, env=env,
     )
     return configmap, manifest

@@ -7,6 +7,14 @@ on SIGTERM (143), record their code in the file named by TRAINING_EXIT_CODE_FILE
 exits with it, so the runtime's pod
 failure policy fails the job at once instead of burning restarts. SIGTERM/SIGINT are forwarded.
 
+Before the command, a ``requirements.txt`` in the code directory (beside this file) is installed
+with pip into a directory of its own on the pod (under TRAINING_DEPS_DIR, an emptyDir: the image's
+site-packages belong to root and the pod runs as a user), put first on the command's PYTHONPATH;
+pip's cache lives there too. The index comes from the platform (TRAINING_PIP_INDEX_URL, default
+PyPI; TRAINING_PIP_EXTRA_INDEX_URLS), the time limit from TRAINING_DEPS_TIMEOUT_S. A failed install
+prints one ``TRAINING_DEPS_FAILED dependencies failed to install: <pip's last error line>`` line
+(also the termination message) and exits 4, retried like any failure (an index outage passes).
+
 Usage: python3 launch.py torchrun train.py [args...]
        python3 launch.py torchrun --no-python python3 launch.py --worker python3 user.py [args...]
 """
@@ -19,6 +27,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 EXIT_FILE_ENV = "TRAINING_EXIT_CODE_FILE"
 NON_RETRYABLE = (2, 3)
@@ -143,6 +152,101 @@ def run_preflight(env: dict) -> int | None:
     return PREFLIGHT_FAILED
 
 
+# --- the code directory's requirements.txt, installed before the job's command ----------------
+# pip's options are pip 26.3's (pip/_internal/cli/cmdoptions.py, commands/install.py): --isolated
+# ignores PIP_* variables and pip.conf files (the platform's index settings are the ones used),
+# --prefix installs beside the image (what the image already has counts as installed; --target
+# would ignore it and reinstall, e.g., torch: install.py sets ignore_installed with a target).
+REQUIREMENTS = "requirements.txt"
+DEPS_FAILED = 4  # retryable (an index outage passes): the runtime's failure policy fails only on 2 and 3
+DEPS_MARKER = "TRAINING_DEPS_FAILED"  # the one log line trainctl status/diagnose recognise (trainctl/diagnose.py)
+DEPS_FAILED_TEXT = "dependencies failed to install"
+DEPS_DIR_ENV = "TRAINING_DEPS_DIR"  # an emptyDir on the node's disk: pip's cache and the installed packages
+INDEX_URL_ENV = "TRAINING_PIP_INDEX_URL"
+EXTRA_INDEX_URLS_ENV = "TRAINING_PIP_EXTRA_INDEX_URLS"  # separated by spaces
+DEPS_TIMEOUT_ENV = "TRAINING_DEPS_TIMEOUT_S"
+DEFAULT_INDEX_URL = "https://pypi.org/simple"
+DEFAULT_DEPS_TIMEOUT_S = 600
+
+
+def pip_command(requirements: str, prefix: str, cache: str, env: dict) -> list[str]:
+    """pip's install of ``requirements`` into ``prefix`` with the platform's index settings."""
+    extra = [a for url in (env.get(EXTRA_INDEX_URLS_ENV) or "").split() for a in ("--extra-index-url", url)]
+    return [
+        sys.executable, "-m", "pip", "install", "--isolated", "--no-input", "--disable-pip-version-check", "--no-warn-script-location", "--progress-bar", "off",
+        "--prefix", prefix, "--cache-dir", cache, "--index-url", env.get(INDEX_URL_ENV) or DEFAULT_INDEX_URL, *extra, "--requirement", requirements,
+    ]
+
+
+def last_error_line(output: str) -> str:
+    """pip's last ``ERROR:`` line, else its last line."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    errors = [line.removeprefix("ERROR:").strip() for line in lines if line.startswith("ERROR:")]
+    return (errors or lines or ["pip printed nothing"])[-1]
+
+
+def site_dirs(prefix: str) -> list[str]:
+    """Where pip put the packages under ``prefix`` (lib/pythonX.Y/site-packages; a Debian Python's
+    scheme: local/lib/pythonX.Y/dist-packages; lib64 for platform-specific ones)."""
+    found = []
+    for dirpath, dirnames, _ in os.walk(prefix):
+        for name in sorted(dirnames):
+            if name in ("site-packages", "dist-packages"):
+                found.append(os.path.join(dirpath, name))
+        dirnames[:] = [d for d in dirnames if d not in ("site-packages", "dist-packages")]
+    return sorted(found)
+
+
+def install_requirements(env: dict, code_dir: str) -> tuple[dict | None, str | None, str | None]:
+    """Install ``code_dir/requirements.txt``, if there is one, before the command: (the command's
+    env with the packages first on PYTHONPATH and their scripts on PATH, the install prefix to remove
+    afterwards, None) or (None, None, pip's last error line)."""
+    requirements = os.path.join(code_dir, REQUIREMENTS)
+    if not os.path.isfile(requirements):
+        return env, None, None
+    root = env.get(DEPS_DIR_ENV) or tempfile.gettempdir()
+    cache = os.path.join(root, "pip-cache")
+    os.makedirs(cache, exist_ok=True)
+    prefix = tempfile.mkdtemp(prefix="site-", dir=root)  # one per process: the emulator's nodes share the volume
+    try:
+        timeout = int(env.get(DEPS_TIMEOUT_ENV) or DEFAULT_DEPS_TIMEOUT_S)
+    except ValueError:
+        timeout = DEFAULT_DEPS_TIMEOUT_S
+    print(f"installing {REQUIREMENTS} (at most {timeout} s)", file=sys.stderr, flush=True)
+    started = time.monotonic()
+    pip_env = {**env, "PYTHONNOUSERSITE": "1", "HOME": root}  # no user site; HOME may be / (docs/images.md)
+    try:
+        done = subprocess.run(pip_command(requirements, prefix, cache, env), env=pip_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+        output, code = done.stdout or "", done.returncode
+    except subprocess.TimeoutExpired as err:
+        out = err.stdout.decode(errors="replace") if isinstance(err.stdout, bytes) else (err.stdout or "")
+        output, code = out + f"\nERROR: pip did not finish within {timeout} s ({DEPS_TIMEOUT_ENV}; trainctl submit --deps-timeout)", -1
+    sys.stderr.write(output)
+    if code != 0:
+        shutil.rmtree(prefix, ignore_errors=True)
+        return None, None, last_error_line(output)
+    sites = site_dirs(prefix)
+    path = [*sites, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
+    scripts = [os.path.join(prefix, "bin"), os.path.join(prefix, "local", "bin")]
+    print(f"installed {REQUIREMENTS} in {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
+    return {**env, "PYTHONPATH": os.pathsep.join(path), "PATH": os.pathsep.join([*scripts, env.get("PATH", "")])}, prefix, None
+
+
+RESUME_FROM_ENV = "TRAINING_RESUME_FROM"  # trainctl submit --resume-from: another job's checkpoint directory
+
+
+def deps_failed(problem: str) -> int:
+    """The one marker line (also the container's termination message) and the distinct exit code."""
+    message = f"{DEPS_FAILED_TEXT}: {problem}"
+    print(f"{DEPS_MARKER} {message}", file=sys.stderr, flush=True)
+    try:
+        with open("/dev/termination-log", "w") as fh:
+            fh.write(message)
+    except OSError:
+        pass
+    return DEPS_FAILED
+
+
 def worker(argv: list[str]) -> int:
     """``launch.py --worker COMMAND...``: one worker of code that does not record its own exit code
     (a user's script submitted with trainctl): run it, and record a non-retryable exit (2, 3) for
@@ -172,9 +276,25 @@ def main(argv: list[str]) -> int:
     failed = run_preflight(dict(os.environ))
     if failed is not None:
         return failed
+    resume = os.environ.get(RESUME_FROM_ENV)
+    if resume and not os.path.isdir(resume):  # never starts over silently: the name was wrong
+        print(f"{RESUME_FROM_ENV}={resume}: no such directory (no job of that name wrote checkpoints on this volume); check trainctl submit --resume-from", file=sys.stderr, flush=True)
+        return 3
+    env, prefix, problem = install_requirements(dict(os.environ), os.path.dirname(os.path.abspath(__file__)))
+    if env is None:
+        return deps_failed(problem or "?")
+    try:
+        return run_command(argv, env)
+    finally:
+        if prefix:
+            shutil.rmtree(prefix, ignore_errors=True)
+
+
+def run_command(argv: list[str], env: dict) -> int:
+    """The job's command (torchrun, or the runtime's worker) with the exit-code file."""
     fd, exit_file = tempfile.mkstemp(prefix="training-exit-")
     os.close(fd)
-    env = {**os.environ, EXIT_FILE_ENV: exit_file}
+    env = {**env, EXIT_FILE_ENV: exit_file}
     child = subprocess.Popen(argv, env=env)
 
     def forward(signum, _frame):
