@@ -9,7 +9,8 @@ import sys
 
 from pulumi_policy import EnforcementLevel, PolicyPack, StackValidationPolicy
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.dirname(HERE)]  # rules.py, and the repository's config/cidrs.py (standard library only)
 from rules import RULES, Resource  # noqa: E402
 
 

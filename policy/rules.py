@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from config.settings import too_open
+from config.cidrs import too_open  # standard library only: the pack's virtualenv has pulumi-policy alone
 
 REQUIRED_LOG_TYPES = {"api", "audit", "authenticator", "controllerManager", "scheduler"}
 SECRET_NAME = re.compile(r"(PASSWORD|PASSWD|SECRET|TOKEN|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIALS?)", re.I)

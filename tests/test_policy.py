@@ -93,3 +93,16 @@ def test_policy_pack_entry_point_wires_every_rule():
     tree = ast.parse((pathlib.Path(__file__).parent.parent / "policy" / "__main__.py").read_text())
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     assert {"PolicyPack", "StackValidationPolicy", "RULES"} <= names
+
+
+def test_the_policy_pack_loads_its_rules_without_the_projects_dependencies():
+    """The pack runs in its own virtualenv (policy/requirements.txt: pulumi-policy alone): its rules
+    import nothing beyond the standard library and config/cidrs.py, as policy/__main__.py puts them on the path."""
+    import pathlib
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    code = f"import sys; sys.path[:0] = [{str(root / 'policy')!r}, {str(root)!r}]; import rules; print(len(rules.RULES))"
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, cwd=root / "policy")
+    assert done.returncode == 0 and int(done.stdout) > 0, done.stderr

@@ -6,6 +6,7 @@
     trainctl list | status NAME | logs NAME [--node K] [--follow] | delete NAME | diagnose NAME  (each with --local)
     trainctl runtimes | usage [--since 7d] [--team T] [-A] [--csv]
     trainctl ui [--kubeconfig K] [--context C] [--namespace NS] [--port P]   (the teams' portal on 127.0.0.1)
+    trainctl ui --local [--port P]   (the same portal over the jobs run on this machine)
 
 The kubeconfig comes from ``--kubeconfig``, else ``$KUBECONFIG``, else ``~/.kube/config``; the
 namespace from ``--namespace``, else the kubeconfig context's. Tables for people; ``--output

@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import yaml
@@ -199,9 +199,18 @@ def _state(d: pathlib.Path) -> dict:
         return {"name": d.name}
 
 
+def _zombie(pid: int) -> bool:
+    """The process has ended and waits to be reaped (state Z, field 3 of /proc/<pid>/stat): a
+    parent that lives on (trainctl ui --local) has not collected it yet."""
+    try:
+        return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def _alive(state: dict) -> bool:
     pid = state.get("pid")
-    return bool(pid) and _start_time(pid) is not None and _start_time(pid) == state.get("started")
+    return bool(pid) and _start_time(pid) is not None and _start_time(pid) == state.get("started") and not _zombie(pid)
 
 
 def result(d: pathlib.Path) -> dict | None:
@@ -268,9 +277,10 @@ def jobs() -> list[dict]:
     return [report(d.name) for d in sorted(root.iterdir()) if objects.name_problem(d.name) is None and d.is_dir() and not d.is_symlink()]
 
 
-def logs(name: str, *, node: int | None, follow: bool) -> Iterator[str]:
-    """The job's output (one node's with ``node``), to the end or, with ``follow``, until it ends;
-    a node the job does not have is refused."""
+def logs(name: str, *, node: int | None, follow: bool, stop: Callable[[], bool] | None = None) -> Iterator[str]:
+    """The job's output (one node's with ``node``), to the end or, with ``follow``, until it ends
+    (or ``stop()`` says so: a reader that left, trainctl ui --local); a node the job does not have
+    is refused."""
     d = job_dir(name)
     if not d.exists():
         raise LocalError(f"no local job {name} (trainctl list --local)")
@@ -278,13 +288,13 @@ def logs(name: str, *, node: int | None, follow: bool) -> Iterator[str]:
         nodes = _state(d).get("nodes")
         if node < 0 or (isinstance(nodes, int) and node >= nodes):
             raise LocalError(f"--node {node}: {name} has {nodes} node{'s' if nodes != 1 else ''} (0..{nodes - 1 if isinstance(nodes, int) else '?'})")
-    for line in _log_lines(d, follow):
+    for line in _log_lines(d, follow, stop):
         m = NODE_LINE.match(line)
         if node is None or (m and int(m.group(2)) == node):
             yield line
 
 
-def _log_lines(d: pathlib.Path, follow: bool) -> Iterator[str]:
+def _log_lines(d: pathlib.Path, follow: bool, stop: Callable[[], bool] | None = None) -> Iterator[str]:
     """The lines of ``output.log.1`` and ``output.log``; with ``follow`` on into the next file
     when the log is rotated, until the job ends. A line is read to at most 1 MiB at a time."""
     rotated = d / f"{LOG}.1"
@@ -311,7 +321,11 @@ def _log_lines(d: pathlib.Path, follow: bool) -> Iterator[str]:
                 fh.close()
                 fh = open(d / LOG, errors="replace")  # noqa: SIM115
                 continue
-            if not _alive(_state(d)):
+            if stop is not None and stop():
+                return
+            if not _alive(_state(d)):  # what it wrote between the last read and its end, then done
+                while rest := fh.readline(2**20):
+                    yield rest.rstrip("\n")
                 return
             time.sleep(0.5)
     finally:

@@ -11,9 +11,6 @@ from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from trainctl import jobstate
-from trainctl.kube import ClusterError
-from trainctl.portal import logs
 from trainctl.portal.identity import Caller, Unauthorized
 from trainctl.portal.service import JobSpec, Problems, request_of
 from trainctl.portal.upload import MAX_UPLOAD_BYTES, Part
@@ -82,6 +79,8 @@ def _mutation_allowed(request: Request, caller: Caller, *, json_body: bool) -> N
 def _namespace_problems(caller: Caller, ns: str) -> list[dict[str, str]]:
     if caller.via == "alb" and ns != caller.namespace:
         return [{"field": "namespace", "problem": f"{ns[:63]!r} is not your team's namespace ({caller.namespace})"}]
+    if caller.via == "local" and ns != caller.namespace:  # trainctl ui --local: the jobs of this machine
+        return [{"field": "namespace", "problem": f"{ns[:63]!r}: local jobs are in namespace {caller.namespace}"}]
     return []
 
 
@@ -152,29 +151,14 @@ def status(request: Request, name: str, namespace: str | None = None) -> dict[st
 @router.get("/trainjob/{name}/logs", summary="the log of worker N (its last lines)")
 def worker_logs(request: Request, name: str, namespace: str | None = None, worker: Annotated[int, Query(ge=0, le=999)] = 0, tail: Annotated[int, Query(ge=1, le=LOG_TAIL_MAX)] = 1000):
     caller = caller_of(request)
-    ns = _namespace(caller, namespace)
-    kube, tj, pod = request.app.state.portal.worker_pod(caller, ns, name, worker)
-    state = jobstate.phase(tj)
-    if pod is None:
-        if state in ("Complete", "Failed"):
-            return JSONResponse({"trainjob_name": name, "namespace": ns, "worker": worker, "logs": None, "message": logs.GONE}, status_code=410)
-        return {"trainjob_name": name, "namespace": ns, "worker": worker, "logs": "", "message": f"worker {worker} has no pod yet ({'Pending' if state == 'Created' else state})"}
-    try:
-        resp = kube.pod_log(pod["metadata"]["name"], follow=False, tail_lines=tail)
-        text = resp.data.decode("utf-8", errors="replace")
-    except ClusterError as err:
-        if "(HTTP 400)" in str(err):  # the container has not started
-            return {"trainjob_name": name, "namespace": ns, "worker": worker, "logs": "", "message": f"worker {worker}'s container has not started"}
-        raise
-    return {"trainjob_name": name, "namespace": ns, "worker": worker, "pod": pod["metadata"]["name"], "logs": text}
+    status, body = request.app.state.portal.log_tail(caller, _namespace(caller, namespace), name, worker, tail)
+    return body if status == 200 else JSONResponse(body, status_code=status)
 
 
 @router.get("/trainjob/{name}/logs/stream", summary="the log of worker N as server-sent events (line, status, end; heartbeat comments)")
 def worker_log_stream(request: Request, name: str, namespace: str | None = None, worker: Annotated[int, Query(ge=0, le=999)] = 0):
     caller = caller_of(request)
-    ns = _namespace(caller, namespace)
-    request.app.state.portal.worker_pod(caller, ns, name, worker)  # may the caller read it, is the worker in range: answered before the stream starts
-    gen = logs.stream(request.app.state.portal, caller, ns, name, worker, heartbeat_s=request.app.state.settings.heartbeat_s)
+    gen = request.app.state.portal.log_stream(caller, _namespace(caller, namespace), name, worker, heartbeat_s=request.app.state.settings.heartbeat_s)
     return StreamingResponse(gen, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 

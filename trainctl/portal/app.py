@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse
 from kubernetes import client
 
 from trainctl.kube import ClusterError
+from trainctl.portal.backend import Backend
 from trainctl.portal.identity import OIDC_HEADER, AlbIdentity, Caller, TeamLogin, Unauthorized, bearer
 from trainctl.portal.service import Portal, Problems
 
@@ -73,14 +74,19 @@ class Auth:
         return bool(token) and hmac.compare_digest(self.csrf_token(caller), str(token))
 
 
-def create_app(base: client.Configuration, settings: Settings, *, alb_keys: Callable[[str], Any] | None = None) -> FastAPI:
+def create_app(base: client.Configuration | None, settings: Settings, *, alb_keys: Callable[[str], Any] | None = None, backend: Backend | None = None) -> FastAPI:
     """The portal. ``base``: the API server's address and the portal's own credentials (in-cluster:
     its service account, which may only impersonate; local: the kubeconfig's). ``alb_keys``: kid ->
-    public key, for tests only (production fetches the Region's ALB keys)."""
+    public key, for tests only (production fetches the Region's ALB keys). ``backend``: another
+    answer to the routes' calls than the cluster's (trainctl/portal/backend.py; ``trainctl ui
+    --local``: the jobs of this machine, and no ``base``)."""
     from trainctl.portal import api, pages
+    from trainctl.portal.local_service import LocalNotFound
 
+    if backend is None and base is None:
+        raise ValueError("create_app: the cluster's portal needs the API server's configuration (base)")
     app = FastAPI(title="training-platform portal", docs_url="/api/docs", openapi_url="/api/openapi.json", redoc_url=None)
-    app.state.portal = Portal(base, base_headers=(settings.local_caller.headers if settings.local_caller else None))
+    app.state.portal = backend if backend is not None else Portal(base, base_headers=(settings.local_caller.headers if settings.local_caller else None))  # type: ignore[arg-type]
     app.state.auth = Auth(settings, alb_keys)
     app.state.settings = settings
 
@@ -91,6 +97,10 @@ def create_app(base: client.Configuration, settings: Settings, *, alb_keys: Call
     @app.exception_handler(Problems)
     async def _problems(request: Request, err: Problems):  # noqa: ARG001
         return JSONResponse({"problems": err.problems}, status_code=422)
+
+    @app.exception_handler(LocalNotFound)
+    async def _not_found(request: Request, err: LocalNotFound):  # noqa: ARG001
+        return JSONResponse({"problems": [{"field": "name", "problem": str(err)}]}, status_code=404)
 
     @app.exception_handler(ClusterError)
     async def _cluster(request: Request, err: ClusterError):  # noqa: ARG001

@@ -76,7 +76,7 @@ class Caller:
     team: str | None = None
     headers: dict[str, list[str]] = field(default_factory=dict)
     token: str | None = None
-    via: str = "kubeconfig"  # alb | bearer | kubeconfig
+    via: str = "kubeconfig"  # alb | bearer | kubeconfig | local (trainctl ui --local)
     gpu_quota: int | None = None
 
 

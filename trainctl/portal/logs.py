@@ -11,13 +11,18 @@ import json
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol
 
 from trainctl import jobstate
 from trainctl.kube import ClusterError
 from trainctl.portal.identity import Caller
-from trainctl.portal.service import Portal
+
+
+class Pods(Protocol):
+    """What :func:`stream` asks of the cluster's portal (trainctl/portal/service.py ``Portal``, which imports this module)."""
+
+    def worker_pod(self, caller: Caller, namespace: str, name: str, worker: int) -> tuple[Any, dict, dict | None]: ...
 
 GONE = ("the pods of this finished job are gone, and their logs with them: the platform's log shipping "
         "(CloudWatch Container Insights, log group /aws/containerinsights/<cluster>/application) keeps them")
@@ -43,21 +48,11 @@ def _ended(pod: dict) -> bool:
     return bool(statuses) and all((cs.get("state") or {}).get("terminated") for cs in statuses)
 
 
-async def stream(portal: Portal, caller: Caller, namespace: str, name: str, worker: int, *, heartbeat_s: float, poll_s: float = 1.0) -> AsyncIterator[str]:
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-    stop = threading.Event()
+def stream(portal: Pods, caller: Caller, namespace: str, name: str, worker: int, *, heartbeat_s: float, poll_s: float = 1.0) -> AsyncIterator[str]:
+    """Worker N's pod log, followed until its container ends."""
     holder: dict[str, Any] = {}
 
-    def put(kind: str, value: Any) -> None:
-        if stop.is_set():
-            return
-        try:
-            loop.call_soon_threadsafe(queue.put_nowait, (kind, value))
-        except RuntimeError:  # the loop is gone: the client left
-            stop.set()
-
-    def reader() -> None:
+    def reader(put: Callable[[str, Any], None], stop: threading.Event) -> None:
         try:
             while not stop.is_set():
                 kube, tj, pod = portal.worker_pod(caller, namespace, name, worker)
@@ -94,7 +89,34 @@ async def stream(portal: Portal, caller: Caller, namespace: str, name: str, work
             if not stop.is_set():
                 put("end", {"reason": "error", "message": f"the log stream broke ({type(err).__name__})"})
 
-    thread = threading.Thread(target=reader, daemon=True, name=f"logs-{name}-{worker}")
+    def close() -> None:
+        resp = holder.get("resp")
+        if resp is not None:
+            # never on the event loop: closing a response another thread is reading blocks until that
+            # read returns (a followed log may send nothing for hours), which would stop every request
+            threading.Thread(target=_hang_up, args=(resp,), daemon=True, name=f"logs-close-{name}-{worker}").start()
+
+    return relay(reader, name=name, worker=worker, heartbeat_s=heartbeat_s, on_close=close)
+
+
+async def relay(reader: Callable[[Callable[[str, Any], None], threading.Event], None], *, name: str, worker: int, heartbeat_s: float,
+                on_close: Callable[[], None] | None = None) -> AsyncIterator[str]:
+    """The events a ``reader`` puts (``line``, ``wait``, ``pod``, ``end``; it runs on a thread of its
+    own and returns when ``stop`` is set) as server-sent events, with heartbeats; the pod logs of
+    the cluster (:func:`stream`) and the local jobs' logs (trainctl/portal/local_service.py)."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+    stop = threading.Event()
+
+    def put(kind: str, value: Any) -> None:
+        if stop.is_set():
+            return
+        try:
+            loop.call_soon_threadsafe(queue.put_nowait, (kind, value))
+        except RuntimeError:  # the loop is gone: the client left
+            stop.set()
+
+    thread = threading.Thread(target=reader, args=(put, stop), daemon=True, name=f"logs-{name}-{worker}")
     thread.start()
     waited = False
     try:
@@ -118,11 +140,8 @@ async def stream(portal: Portal, caller: Caller, namespace: str, name: str, work
                 return
     finally:
         stop.set()
-        resp = holder.get("resp")
-        if resp is not None:
-            # never on the event loop: closing a response another thread is reading blocks until that
-            # read returns (a followed log may send nothing for hours), which would stop every request
-            threading.Thread(target=_hang_up, args=(resp,), daemon=True, name=f"logs-close-{name}-{worker}").start()
+        if on_close is not None:
+            on_close()
 
 
 def _hang_up(resp: Any) -> None:

@@ -41,7 +41,8 @@ def _age(seconds: int | None) -> str:
 
 
 def _page(request: Request, name: str, caller: Caller, namespace: str, status: int = 200, **context: Any) -> HTMLResponse:
-    html = templates.get_template(name).render(caller=caller, namespace=namespace, csrf=request.app.state.auth.csrf_token(caller), notice=context.pop("notice", None), **context)
+    html = templates.get_template(name).render(caller=caller, namespace=namespace, csrf=request.app.state.auth.csrf_token(caller), notice=context.pop("notice", None),
+                                               mode_note=request.app.state.portal.mode_note, **context)
     return HTMLResponse(html, status_code=status, headers={"Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'", "X-Frame-Options": "DENY"})
 
 
@@ -88,23 +89,15 @@ async def cancel(request: Request, name: str):
 
 def _clone(request: Request, caller: Caller, ns: str, name: str) -> dict[str, Any]:
     """The form as the job was submitted: framework, nodes, GPUs, image, command, its train.py."""
-    from trainctl import objects
     from trainctl.portal.service import gpus_of
 
-    kube = request.app.state.portal.kube(caller, ns)
-    tj = kube.get_trainjob(name)
+    found = request.app.state.portal.submitted_form(caller, ns, name)
+    tj = found["trainjob"]
     trainer = tj["spec"].get("trainer") or {}
     nodes = int(trainer.get("numNodes") or 1)
     per = (gpus_of(tj) or nodes) // nodes
     form = {"framework": "tensorflow" if "tensorflow" in tj["spec"]["runtimeRef"]["name"] else "pytorch", "num_nodes": nodes, "preset": "custom", "gpu_per_node": per,
-            "cpu_per_node": "", "memory_per_node": "", "image": trainer.get("image") or "", "name": "", "command": "python train.py", "training_code": ""}
-    cm = objects.code_configmap_of(tj)
-    if cm:
-        try:
-            found: Any = kube.core.read_namespaced_config_map(cm, ns)
-            form["training_code"] = (found.data or {}).get("train.py", "")
-        except Exception:  # noqa: BLE001  (the code may be gone: the form stays editable)
-            pass
+            "cpu_per_node": "", "memory_per_node": "", "image": trainer.get("image") or "", "name": "", "command": "python train.py", "training_code": found["train_py"]}
     return form
 
 

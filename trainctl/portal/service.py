@@ -147,13 +147,31 @@ def request_of(spec: JobSpec, facts: dict | None) -> objects.Request:
     return req
 
 
+def code_bundle(files: list[Part], name: str | None):
+    """The upload as trainctl's code bundle (trainctl/code.py ``collect`` with its limits), named
+    after the job, not the temporary directory it was unpacked in; :class:`Problems` when refused."""
+    with tempfile.TemporaryDirectory(prefix="portal-upload-") as tmp:
+        root = pathlib.Path(tmp) / (name or "code")
+        root.mkdir()
+        try:
+            unpack(files, root)
+            bundle = collect(root)
+        except (UploadError, CodeError) as err:
+            raise Problems([_problem("training_code", line.replace(str(root), "the upload")) for line in str(err).splitlines()]) from None
+    return replace(bundle, root=pathlib.Path(name or "job"))
+
+
 def _when(ts: str | None) -> datetime | None:
     return usage.parse_time(ts) if ts else None
 
 
 class Portal:
     """The portal's cluster access: one API client per identity (cached: a request reuses the
-    connections of the last one with the same identity), every call as that identity."""
+    connections of the last one with the same identity), every call as that identity. The routes
+    call what trainctl/portal/backend.py names; trainctl/portal/local_service.py answers the same
+    for the jobs of this machine (``trainctl ui --local``)."""
+
+    mode_note: str | None = None  # a line for the page header (local mode says so)
 
     def __init__(self, base: client.Configuration, *, base_headers: dict[str, list[str]] | None = None, cache_size: int = 64):
         self.base = base
@@ -302,6 +320,48 @@ class Portal:
         }
 
     # --- logs ------------------------------------------------------------------------------------
+
+    def submitted_form(self, caller: Caller, namespace: str, name: str) -> dict[str, Any]:
+        """What the job was submitted with (Clone & edit): its TrainJob and its code's train.py."""
+        kube = self.kube(caller, namespace)
+        tj = kube.get_trainjob(name)
+        train_py = ""
+        cm = objects.code_configmap_of(tj)
+        if cm:
+            try:
+                found: Any = kube.core.read_namespaced_config_map(cm, namespace)
+                train_py = (found.data or {}).get("train.py", "")
+            except Exception:  # noqa: BLE001  (the code may be gone: the form stays editable)
+                pass
+        return {"trainjob": tj, "train_py": train_py}
+
+    def log_tail(self, caller: Caller, namespace: str, name: str, worker: int, tail: int) -> tuple[int, dict[str, Any]]:
+        """(HTTP status, body): the last ``tail`` lines of worker N's pod; 410 when a finished job's pods are gone."""
+        from trainctl.portal.logs import GONE
+
+        kube, tj, pod = self.worker_pod(caller, namespace, name, worker)
+        state = jobstate.phase(tj)
+        head = {"trainjob_name": name, "namespace": namespace, "worker": worker}
+        if pod is None:
+            if state in ("Complete", "Failed"):
+                return 410, {**head, "logs": None, "message": GONE}
+            return 200, {**head, "logs": "", "message": f"worker {worker} has no pod yet ({'Pending' if state == 'Created' else state})"}
+        try:
+            resp = kube.pod_log(pod["metadata"]["name"], follow=False, tail_lines=tail)
+            text = resp.data.decode("utf-8", errors="replace")
+        except ClusterError as err:
+            if "(HTTP 400)" in str(err):  # the container has not started
+                return 200, {**head, "logs": "", "message": f"worker {worker}'s container has not started"}
+            raise
+        return 200, {**head, "pod": pod["metadata"]["name"], "logs": text}
+
+    def log_stream(self, caller: Caller, namespace: str, name: str, worker: int, *, heartbeat_s: float):
+        """Worker N's log as server-sent events (trainctl/portal/logs.py); may the caller read it,
+        is the worker in range: answered here, before the stream starts."""
+        from trainctl.portal import logs
+
+        self.worker_pod(caller, namespace, name, worker)
+        return logs.stream(self, caller, namespace, name, worker, heartbeat_s=heartbeat_s)
 
     def worker_pod(self, caller: Caller, namespace: str, name: str, worker: int) -> tuple[KubeApi, dict, dict | None]:
         """(client, TrainJob, the pod of worker N or None). Raises Problems for a worker out of range."""
