@@ -174,6 +174,6 @@ ALB_CONTROLLER_CHART_REPO = "https://aws.github.io/eks-charts"
 ALB_CONTROLLER_VERSION = "3.5.0"
 # Its IAM policy, config/alb_controller_iam_policy.json, is this file of that release, unchanged
 # (the project's installation guide docs/deploy/installation.md downloads it from there);
-# tests/test_portal_stack.py pins the file's SHA-256 and this source.
+# tests/test_portal.py pins the file's SHA-256 and this source.
 ALB_CONTROLLER_IAM_POLICY_SOURCE = "https://raw.githubusercontent.com/kubernetes-sigs/aws-load-balancer-controller/v3.5.0/docs/install/iam_policy.json"
 ALB_CONTROLLER_IAM_POLICY_SHA256 = "16f232c9d9f79366fe949c4550ad517a202380058a9e48d45a4e215044a20a6a"
