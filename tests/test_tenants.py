@@ -98,6 +98,7 @@ def test_team_role_is_exactly_trainjobs_configmaps_and_reading_pods_logs_events(
         | {("", "pods/exec", "create"), ("", "pods/exec", "get")}  # kubectl exec: POST (SPDY) and GET (WebSocket; 1.35+ also checks create)
         | {("jobset.x-k8s.io", "jobsets", verb) for verb in read}  # debugging reads only: no JobSet or Job of their own
         | {("batch", "jobs", verb) for verb in read}
+        | {("", "resourcequotas", verb) for verb in read}  # its own caps, read-only
         | {("trainer.kubeflow.org", "trainingruntimes", verb) for verb in read}
         | {("kueue.x-k8s.io", r, verb) for r in ("workloads", "localqueues") for verb in read}
         | {("visibility.kueue.x-k8s.io", "localqueues/pendingworkloads", verb) for verb in read}

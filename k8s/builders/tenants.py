@@ -72,6 +72,8 @@ TEAM_RULES: list[dict[str, Any]] = [
     # read-only: the objects between a TrainJob and its pods (the Trainer's JobSet, JobSet's batch Jobs), for debugging
     {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch"]},
+    # the team's own caps (the runbook's "kubectl describe resourcequotas -n <ns>"), read-only
+    {"apiGroups": [""], "resources": ["resourcequotas"], "verbs": ["get", "list", "watch"]},
     # the runtimes a job can run on (trainctl's runtime lookup, the Kubeflow SDK's get_job/list_runtimes)
     {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainingruntimes"], "verbs": ["get", "list", "watch"]},
     # the team's queue as Kueue sees it (trainctl status and usage, the portal's queue position and GPU use): its Workloads
