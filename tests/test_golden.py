@@ -15,6 +15,19 @@ def test_resource_urns_are_unchanged():
     assert problems == [], "\n".join(problems)
 
 
+def test_the_training_programs_are_the_reviewed_ones():
+    """A change to workloads/programs/ (a comment too) renames the code ConfigMap and replaces the
+    platform's running TrainJobs on the next deploy: it is recorded, so it is never a refactor's side effect."""
+    assert golden.code_diff() == []
+
+
+def test_the_code_record_notices_a_change(tmp_path, monkeypatch):
+    record = tmp_path / "code.sha"
+    record.write_text("0123456789\n")
+    monkeypatch.setattr(golden, "CODE_FILE", record)
+    assert golden.code_diff() == [f"the training programs changed (code 0123456789 -> {golden.code_digest()}): every enabled TrainJob of a deployed stack is replaced on its next pulumi up; review, then make golden"]
+
+
 def test_golden_check_notices_a_change(tmp_path, monkeypatch):
     import shutil
 

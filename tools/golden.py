@@ -20,6 +20,24 @@ from tools.render import PROJECT_DIR, manifests
 GOLDEN_DIR = pathlib.Path(PROJECT_DIR) / "tests" / "golden"
 STACKS = ("dev", "prod")
 _CODE_NAME = re.compile(r"training-code-[0-9a-f]{10}")
+CODE_FILE = GOLDEN_DIR / "code.sha"
+"""The programs' content hash, recorded apart: the objects and URNs above mask it (the programs
+change often), but a new hash names a new code ConfigMap, and every enabled TrainJob of a deployed
+stack is replaced on its next ``pulumi up`` (workloads/trainjobs.py), so a change must be seen."""
+
+
+def code_digest() -> str:
+    from workloads.builders.trainjobs import code_files, code_hash
+
+    return code_hash(code_files())[:10]
+
+
+def code_diff() -> list[str]:
+    want = CODE_FILE.read_text().strip() if CODE_FILE.exists() else ""
+    got = code_digest()
+    if want == got:
+        return []
+    return [f"the training programs changed (code {want or 'unrecorded'} -> {got}): every enabled TrainJob of a deployed stack is replaced on its next pulumi up; review, then make golden"]
 
 
 def normalized(obj: dict) -> str:
@@ -75,7 +93,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--update", action="store_true")
     args = ap.parse_args(argv)
-    problems = []
+    problems = [] if args.update else code_diff()
+    if args.update:
+        CODE_FILE.write_text(code_digest() + "\n")
     for stack in STACKS:
         if args.update:
             update(stack)
