@@ -8,11 +8,12 @@ from collections.abc import Iterator, Mapping
 from typing import ClassVar, Literal
 
 import versions
-from config import catalog
+from config import catalog, job_env
 from config.checks import _DURATION_RE, _IN_CATALOG, AZ_RE, DNS_LABEL_RE, _pattern
 from config.infra_models import TF_RUNTIME, TORCH_HF_RUNTIME, TORCH_RUNTIME
 from config.namespaces import AGENT_NAMESPACE, KARPENTER_NAMESPACE, KUEUE_NAMESPACE, MONITORING_NAMESPACE, OPS_NAMESPACE, PORTAL_NAMESPACE, STORAGE_NAMESPACE, TRAINER_NAMESPACE
 from config.schema import Bool, ConfigError, Float, Int, SchemaCheck, Section, camel, opt
+from config.secrets import UNSHOWN
 
 # --- training jobs ---------------------------------------------------------------------------
 
@@ -91,12 +92,21 @@ class JobBase(Section):
         1800, "hang guard: a node whose program completes no step for this long stops (exit 124, saying so) and the job restarts (a hung collective holds every GPU of the job); 0 = off", ge=0, le=86400
     )
 
+    env: dict[str, str] = opt(
+        {}, "environment variables of the training container (NAME: value), such as NCCL_DEBUG: INFO; not the platform's own (PET_*, TRAINING_*, MASTER_*, NVIDIA_*, ...) and no credentials: those go in secretEnv (docs/env-and-secrets.md)"
+    )
+    secret_env: dict[str, str] = opt(
+        {}, "environment variables read from a Secret of the jobs' namespace (NAME: <secret>/<key>, a secretKeyRef), such as WANDB_API_KEY: wandb/api-key; the stack never holds the value (docs/env-and-secrets.md)"
+    )
+
     @classmethod
     def platform_flag_of(cls, arg: str) -> str | None:
         """The flag the platform sets that ``arg`` names (abbreviations included), if any."""
         return _platform_flag(arg, cls.PLATFORM_FLAGS)
 
     def problems(self, path: str) -> Iterator[ConfigError]:
+        for which, name, why in job_env.problems(self.env, self.secret_env):  # no value shown: it may be a secret
+            yield ConfigError(f"{path}.{which}.{name}", UNSHOWN, why)
         if self.gpus_per_node is not None and self.instance_type in catalog.catalog():
             gpus = catalog.lookup(self.instance_type).gpus
             if not 1 <= self.gpus_per_node <= gpus:

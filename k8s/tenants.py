@@ -71,6 +71,8 @@ class Tenants(pulumi.ComponentResource):
         # which ConfigMaps a team may create and delete (its code only, not what the platform publishes)
         configmap_policy = self._apply(admission.configmap_policy())
         fences = self._apply(admission.configmap_policy_binding(), configmap_policy, policy_binding)
+        # which Secrets a team may write (its Role: write-only): no service-account token Secrets
+        secret_fence = self._apply(admission.secret_policy_binding(), self._apply(admission.secret_policy()))
         for team, tenant in teams.items():
             ns_name = settings.tenants.namespace_of(team)
             self.namespaces[team] = ns_name
@@ -94,7 +96,7 @@ class Tenants(pulumi.ComponentResource):
                     type="STANDARD",
                     kubernetes_groups=[tn.team_group(team)],
                     tags=tags,
-                    opts=pulumi.ResourceOptions(parent=self, depends_on=[binding, reader_binding, fences]),
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[binding, reader_binding, fences, secret_fence]),
                 )
                 if tenant.namespace_view_policy:
                     aws.eks.AccessPolicyAssociation(

@@ -188,6 +188,8 @@ def test_every_problem_of_a_local_submit_at_once(home, proj, capsys, nothing_sta
     ("99999999999999999999999h", "allowed: a duration"),
     ("2999-01-01", "in the future"),
     ("0001-01-01", "before 1970-01-01"),
+    ("0d", "a period of no length"),
+    ("0m", "a period of no length"),
 ])
 def test_usage_since_out_of_bounds_is_one_line(capsys, since, expect):
     rc, out, err = run(capsys, "usage", "--since", since)

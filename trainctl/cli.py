@@ -5,6 +5,8 @@
     trainctl submit --local [--nodes N] [--name NAME] CODE_DIR -- COMMAND...   (on this machine)
     trainctl list | status NAME | logs NAME [--node K] [--follow] | delete NAME | diagnose NAME  (each with --local)
     trainctl runtimes | usage [--since 7d] [--team T] [-A] [--csv]
+    trainctl submit ... [--env NAME=VALUE ...] [--secret-env NAME=SECRET/KEY ...]   (docs/env-and-secrets.md)
+    trainctl secret set NAME KEY=VALUE|KEY=@FILE|KEY=@- ... | secret delete NAME   (write-only: never read back)
     trainctl ui [--kubeconfig K] [--context C] [--namespace NS] [--port P]   (the teams' portal on 127.0.0.1)
     trainctl ui --local [--port P]   (the same portal over the jobs run on this machine)
 
@@ -32,6 +34,7 @@ from trainctl.code import CodeError, collect
 from trainctl.jobstate import KUEUE_PENDING, KUEUE_STARTED, RESTART_LABEL, admission, last_failure, phase, restarts, status_report, times  # noqa: F401  (trainctl.cli's interface)
 from trainctl.kube import ClusterError, KubeApi, default_namespace, unreachable
 from trainctl.reports import _print_findings, _table, cmd_local, cmd_submit_local, emit, print_usage
+from trainctl.secret_cmd import SecretInputError
 from workloads.builders import trainjobs as tj_builders
 
 
@@ -74,6 +77,8 @@ def parser() -> Parser:
     s.add_argument("--priority", help="Kueue priority: low, normal or high (default: your team's, from the cluster's published facts; else normal); low jobs are preempted first")
     s.add_argument("--grace-seconds", type=int, help="seconds your code has from SIGTERM (preemption, a drain, a spot interruption) to SIGKILL to save: one the platform offers, each a runtime of its own (default: the runtime's, trainer.terminationGraceSeconds)")
     s.add_argument("--efa-zone", help="run in the cluster's EFA pool in this zone (the instance type must be one of the pool's): EFA devices and their environment")
+    s.add_argument("--env", action="append", metavar="NAME=VALUE", help="a variable of the training container (repeatable), such as NCCL_DEBUG=INFO; not the platform's own, no credentials (use --secret-env)")
+    s.add_argument("--secret-env", action="append", metavar="NAME=SECRET/KEY", help="a variable read from key KEY of Secret SECRET in the namespace (repeatable; trainctl secret set writes the Secret); not with --local")
     s.add_argument("--local", action="store_true", help=f"run it on this machine through the emulator, in the background (state in ${local.HOME_ENV}, default {local.home()})")
     s.add_argument("code_dir", metavar="CODE_DIR")
     for name, text in (("list", "TrainJobs in the namespace"), ("runtimes", "the training runtimes the cluster offers")):
@@ -99,6 +104,9 @@ def parser() -> Parser:
     from trainctl import ui
 
     ui.add_parser(sub)
+    from trainctl import secret_cmd
+
+    secret_cmd.add_parser(sub, _common)
     p = sub.add_parser("logs", help="logs of one node of a TrainJob")
     _common(p)
     p.add_argument("--local", action="store_true", help="a job run on this machine (default: every node)")
@@ -134,7 +142,13 @@ def cmd_submit(args: argparse.Namespace, command: list[str]) -> int:
         image=args.image, name=args.name, trainer_version=args.trainer_version or versions.DEFAULT_TRAINER_VERSION, runtime_name=args.runtime_name, efa_zone=args.efa_zone,
         priority=args.priority, grace_seconds=args.grace_seconds, resume_from=args.resume_from, deps_timeout=args.deps_timeout,
     )
-    objects.check(req)  # before reading the code dir or calling the cluster
+    from dataclasses import replace
+
+    env, secret_env, env_lines = objects.env_flags(args.env, args.secret_env)
+    req = replace(req, env=env, secret_env=secret_env)
+    found = env_lines + objects.problems(req)
+    if found:  # before reading the code dir or calling the cluster, every problem at once
+        raise objects.SubmitError("\n".join(found))
     bundle = collect(args.code_dir)
     if args.dry_run:
         cm, tj = objects.build(req, bundle)
@@ -286,6 +300,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_submit(args, command)
         if command:
             raise UsageError(f"{args.cmd} takes no command after --")
+        if args.cmd == "secret":
+            from trainctl import secret_cmd
+
+            return secret_cmd.run(args)
         if args.cmd == "ui":
             from trainctl import ui
 
@@ -298,7 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.cmd == "logs" and args.node is None:
             args.node = 0
         return COMMANDS[args.cmd](args)
-    except (UsageError, objects.SubmitError, CodeError) as err:
+    except (UsageError, objects.SubmitError, CodeError, SecretInputError) as err:
         for line in str(err).splitlines():  # one line per problem, all of them
             print(f"trainctl: error: {line}", file=sys.stderr)
         return 2

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import versions
-from config import catalog
+from config import catalog, job_env
 from config.schema import problems_of, repaired_section, validate_section
 from config.settings import AZ_RE, DNS_LABEL_RE, KUEUE_INCOMPATIBLE_TRAINERS, TF_RUNTIME, TORCH_RUNTIME, JobBase, TrainerSettings
 from k8s.builders import trainer_api
@@ -68,6 +68,8 @@ class Request:
     efa_types: tuple[str, ...] = ()  # every EFA type of the cluster (its pools' layouts), from its published facts
     priority: str | None = None  # Kueue WorkloadPriorityClass; None: the team's default (published facts), else normal
     grace_seconds: int | None = None  # SIGTERM to SIGKILL (the pod's terminationGracePeriodSeconds): a runtime variant's; None: the base runtime's
+    env: tuple[tuple[str, str], ...] = ()  # --env NAME=VALUE: the trainer container's own variables (config/job_env.py)
+    secret_env: tuple[tuple[str, str], ...] = ()  # --secret-env NAME=SECRET/KEY: variables from a Secret of the namespace (secretKeyRef)
     resume_from: str | None = None  # another job whose checkpoint directory this one starts from (read only)
     deps_timeout: int | None = None  # seconds for installing the code's requirements.txt; None: tj.DEFAULT_DEPS_TIMEOUT_S
     pip_index_url: str | None = None  # the platform's (published facts); None: PyPI
@@ -140,7 +142,29 @@ def problems(req: Request) -> list[str]:
     if not req.command:
         problems.append("no command: give it after --, e.g. trainctl submit ... ./proj -- python train.py")
     problems += secrets.command_problems(req.command)
+    problems += env_problems(req)
     return problems
+
+
+ENV_FLAGS = {"env": "--env", "secretEnv": "--secret-env"}
+LOCAL_SECRET_ENV = (
+    "--secret-env: a run on this machine reads no cluster Secrets; it inherits the environment of the shell that runs trainctl: "
+    "export the variable there (or leave it out); nothing was started"
+)
+
+
+def env_flags(env: list[str] | None, secret_env: list[str] | None) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...], list[str]]:
+    """``--env NAME=VALUE`` and ``--secret-env NAME=SECRET/KEY`` (each repeatable) as the request's
+    pairs, and a line per malformed or repeated one (no value shown)."""
+    plain, lines = job_env.parse_assignments("--env", env or [])
+    refs, more = job_env.parse_assignments("--secret-env", secret_env or [])
+    return tuple(plain.items()), tuple(refs.items()), lines + more
+
+
+def env_problems(req: Request) -> list[str]:
+    """The job's --env and --secret-env by the stack's rules (config/job_env.py), a line per
+    variable and problem, each naming the flag and the variable, never its value."""
+    return [f"{ENV_FLAGS[which]} {name}: {why}" for which, name, why in job_env.problems(dict(req.env), dict(req.secret_env))]
 
 
 def runtime_for(req: Request, found: list[dict]) -> str:
@@ -313,7 +337,8 @@ def build(req: Request, bundle: CodeBundle) -> tuple[dict, dict]:
     if req.resume_from == name:
         raise SubmitError(f"--resume-from {name}: the job's own name (the code dir's); a job resumes from its own checkpoints without it")
     workload = tj.Workload(key=TRAINCTL_KIND, kind=TRAINCTL_KIND, name=name, program="", runtime=RUNTIMES[req.runtime], settings=JobBase, tiny_profile=())
-    job = JobBase(enabled=True, num_nodes=req.nodes, instance_type=req.instance_type, gpus_per_node=req.gpus_per_node, image=req.image, termination_grace_seconds=req.grace_seconds)
+    job = JobBase(enabled=True, num_nodes=req.nodes, instance_type=req.instance_type, gpus_per_node=req.gpus_per_node, image=req.image, termination_grace_seconds=req.grace_seconds,
+                  env=dict(req.env), secret_env=dict(req.secret_env))
     configmap, trainjob = tj.run_objects(
         workload, job, platform, files=bundle.files, entry=entry(req, bundle), priority=req.priority, image=req.image if req.image is not None else tj.RUNTIME_IMAGE,
         deps=dependencies(req, bundle), env=checkpoint_env(name, req.resume_from),

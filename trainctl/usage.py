@@ -48,6 +48,8 @@ def since_time(text: str, now: datetime) -> datetime:
     m = re.fullmatch(r"(\d{1,15})([dhm])", text, re.ASCII)  # more digits reach back before any date anyway
     if m:
         n, unit = int(m.group(1)), m.group(2)
+        if n == 0:
+            raise ValueError(f"--since {text!r} is a period of no length (it would count nothing); {allowed}")
         span = (now - EARLIEST).total_seconds() / {"d": 86400, "h": 3600, "m": 60}[unit]
         if n > span:
             raise ValueError(f"--since {text!r} reaches back before {EARLIEST:%Y-%m-%d} (at most {int(span)}{unit} from now); {allowed}")

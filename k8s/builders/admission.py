@@ -30,7 +30,11 @@ refused by the CRD schema anyway):
   the device plugin hands a container its GPUs as ``NVIDIA_VISIBLE_DEVICES`` (its default device
   list strategy ``envvar``) and the NVIDIA container toolkit also honours that variable from an
   unprivileged container's own env by default, so ``NVIDIA_VISIBLE_DEVICES=all`` with 0 or 1 GPU
-  requested would expose every GPU of the node, outside the team's quota;
+  requested would expose every GPU of the node, outside the team's quota. Any other variable may be
+  a plain value or a ``valueFrom`` (``secretKeyRef``, ``configMapKeyRef``, ``fieldRef``,
+  ``resourceFieldRef``): each reads only the job's own namespace or its own pod, which the team's
+  code can read anyway (a Secret through ``secretKeyRef`` is how a job gets a credential:
+  docs/env-and-secrets.md; which Secrets a team may write: :func:`secret_policy`);
 * no ``schedulingGates`` (a gated pod holds its admitted quota while it never schedules; Kueue's
   own gates are Kueue's), no ``imagePullSecrets`` (the nodes pull the platform's images), no
   ``terminationGracePeriodSeconds`` (a job's grace period is its runtime variant's, and Kueue's
@@ -310,6 +314,51 @@ def configmap_policy_binding() -> dict:
         "metadata": {"name": CONFIGMAP_POLICY_NAME},
         "spec": {
             "policyName": CONFIGMAP_POLICY_NAME,
+            "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchExpressions": [{"key": TEAM_LABEL, "operator": "Exists"}]}},
+        },
+    }
+
+
+SECRET_POLICY_NAME = "training-platform-team-secrets"
+# A Secret of this type naming a service account in its annotation kubernetes.io/service-account.name is filled with a
+# long-lived token of that account by the token controller (kubernetes v1.34 pkg/controller/serviceaccount/
+# tokens_controller.go, v1.SecretTypeServiceAccountToken; the documented way to make a long-lived token by hand)
+SA_TOKEN_SECRET_TYPE = "kubernetes.io/service-account-token"
+
+
+def secret_policy() -> dict:
+    """What a team's principals may do with Secrets in their namespace (their Role: create, update
+    and delete, never read: ``k8s/builders/tenants.py`` TEAM_RULES). A Secret for a job's
+    ``secretEnv`` holds data; a service-account token Secret would have the token controller mint a
+    token of any service account of the namespace, one the team's job could then read through a
+    ``secretKeyRef`` and use as that account. So, for requests from a team group only, no Secret of
+    that type (``type`` is immutable on update: kubernetes v1.34 pkg/apis/core/validation
+    ``ValidateSecretUpdate``, so CREATE decides; UPDATE is checked too, as the Role allows it)."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": SECRET_POLICY_NAME},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["secrets"]}]},
+            "matchConditions": [{"name": "team-principal", "expression": f"request.userInfo.groups.exists(g, g.startsWith('{team_group('')}'))"}],
+            "validations": [{
+                "expression": f"object.?type.orValue('Opaque') != '{SA_TOKEN_SECRET_TYPE}'",
+                "message": f"secrets: a team's Secret may not be of type {SA_TOKEN_SECRET_TYPE} (the token controller would fill it with a token of a service account of the namespace); allowed: Opaque and the other types",
+                "reason": "Forbidden",
+            }],
+        },
+    }
+
+
+def secret_policy_binding() -> dict:
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": SECRET_POLICY_NAME},
+        "spec": {
+            "policyName": SECRET_POLICY_NAME,
             "validationActions": ["Deny"],
             "matchResources": {"namespaceSelector": {"matchExpressions": [{"key": TEAM_LABEL, "operator": "Exists"}]}},
         },

@@ -12,7 +12,7 @@ What a team gets, and why it is shaped so:
   cluster turns on when teams exist (``infra/cluster.py``).
 * **Least privilege**: the Role lets the team create and delete TrainJobs and ConfigMaps (their
   code), read pods, pod logs, events, JobSets, Jobs and Kueue's Workloads and queue, and exec into
-  its pods, in its namespace, and nothing else: no Secrets, no
+  its pods, in its namespace, and nothing else: Secrets write-only (for its jobs' secretEnv, never read back), no
   Pods of its own (privileged or not), no quota or policy edits. Bound to a Kubernetes group that
   the team's EKS access entries carry.
 * **Quota**: the ResourceQuota caps GPUs (and CPU/memory when set); the LimitRange gives a
@@ -62,6 +62,13 @@ the runtimes' trainer pods run as the image's non-root user with no capabilities
 TEAM_RULES: list[dict[str, Any]] = [
     {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": ["create", "delete", "get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "delete", "get", "list", "watch"]},
+    # Secrets for its jobs' secretEnv (trainctl secret set, docs/env-and-secrets.md), write-only: no get, list or watch,
+    # and no patch either: a PATCH answers with the whole patched object, data included (k8s.io/apiserver v0.34
+    # pkg/endpoints/handlers/patch.go), so an empty patch would read any Secret. An update (PUT) needs only "update"
+    # (pkg/endpoints/request/requestinfo.go) and answers with what the caller sent; a delete answers with a Status (the
+    # Secrets' store returns no deleted object: kubernetes v1.34 pkg/registry/core/secret/storage/storage.go). Which
+    # Secrets: k8s/builders/admission.py secret_policy (no service-account token Secrets).
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "update", "delete"]},
     {"apiGroups": [""], "resources": ["pods", "events"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     # `kubectl exec` into the team's own pods (they run the team's code already, under Pod Security restricted). kubectl's

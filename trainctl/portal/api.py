@@ -42,6 +42,8 @@ class CreateRequest(BaseModel):
     name: str | None = None
     image: str | None = None
     command: str | None = Field(None, description="default: python train.py")
+    env: dict[str, str] | None = Field(None, description="variables of the training container, NAME: value (not the platform's own, no credentials: docs/env-and-secrets.md)")
+    secret_env: dict[str, str] | None = Field(None, description="variables from a Secret of the namespace, NAME: SECRET/KEY (a secretKeyRef)")
 
 
 class CreateResponse(BaseModel):
@@ -108,7 +110,8 @@ def create(request: Request, body: CreateRequest) -> dict[str, Any]:
         problems.append({"field": "training_code", "problem": f"{len(body.training_code)} characters: allowed: at most {MAX_CODE_CHARS} (a ConfigMap holds 1 MiB)"})
     problems += _namespace_problems(caller, body.namespace)
     spec = JobSpec(namespace=body.namespace, framework=body.framework, num_nodes=body.config.num_nodes, gpu_per_node=body.config.gpu_per_node, cpu_per_node=body.config.cpu_per_node,
-                   memory_per_node=body.config.memory_per_node, command=body.command or "python train.py", name=body.name, image=body.image)
+                   memory_per_node=body.config.memory_per_node, command=body.command or "python train.py", name=body.name, image=body.image,
+                   env=tuple((body.env or {}).items()), secret_env=tuple((body.secret_env or {}).items()))
     problems += input_problems(spec)
     if problems:
         raise Problems(problems)

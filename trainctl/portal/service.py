@@ -34,7 +34,7 @@ FRAMEWORKS = {"pytorch": "torch", "torch": "torch", "tensorflow": "tensorflow"}
 runtime here (the platform's MPI runtime, DeepSpeed's, is not one trainctl submits to)."""
 # trainctl's flags -> the request fields the portal names in its problems
 FIELDS = {"--nodes": "config.num_nodes", "--gpus-per-node": "config.gpu_per_node", "--instance-type": "config.instance_type", "--image": "image", "--name": "name",
-          "--namespace": "namespace", "--grace-seconds": "config.grace_seconds", "--priority": "priority"}
+          "--namespace": "namespace", "--env": "env", "--secret-env": "secret_env", "--grace-seconds": "config.grace_seconds", "--priority": "priority"}
 WEEK = timedelta(days=7)
 
 
@@ -74,6 +74,8 @@ class JobSpec:
     name: str | None = None
     image: str | None = None
     instance_type: str | None = None
+    env: tuple[tuple[str, str], ...] = ()  # the job's variables (config/job_env.py rules, as trainctl's --env)
+    secret_env: tuple[tuple[str, str], ...] = ()  # NAME, SECRET/KEY (--secret-env)
 
 
 def _int(field: str, value: Any, problems: list, *, lo: int, hi: int, required: bool = True) -> int | None:
@@ -140,7 +142,8 @@ def request_of(spec: JobSpec, facts: dict | None) -> objects.Request:
             problems.append(_problem("config", f"no GPU instance type of this cluster gives a worker {gpus} GPUs, {cpus or 'any'} CPUs and {memory or 'any'} GiB (its types: {', '.join(types[:8])}{', ...' if len(types) > 8 else ''})"))
         else:
             itype = found
-    req = objects.Request(namespace=str(spec.namespace), nodes=nodes or 1, command=command, runtime=runtime or "torch", gpus_per_node=gpus, instance_type=itype, image=spec.image or None, name=spec.name or None)
+    req = objects.Request(namespace=str(spec.namespace), nodes=nodes or 1, command=command, runtime=runtime or "torch", gpus_per_node=gpus, instance_type=itype, image=spec.image or None, name=spec.name or None,
+                              env=tuple(spec.env), secret_env=tuple(spec.secret_env))
     problems += [p for p in _from_trainctl(objects.problems(req)) if not any(q["field"] == p["field"] for q in problems)]
     if problems:
         raise Problems(problems)

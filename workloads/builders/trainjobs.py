@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from config import catalog
+from config.job_env import env_list
 from config.settings import (
     DEADLINE_INCOMPATIBLE_TRAINERS,
     TF_RUNTIME,
@@ -372,6 +373,8 @@ def trainjob(
             **lifecycle,
         },
     }
+    # the job's own env and Secret references, after the platform's (config/job_env.py: never one of its names)
+    manifest["spec"]["trainer"]["env"] += env_list(job.env, job.secret_env)
     dropped = trainer_api.dropped_by_kueue(manifest) if queue else []
     if dropped:  # a builder change that Kueue's admission would undo (k8s/builders/trainer_api.py KUEUE_DROPPED_FIELDS)
         raise ValueError(f"TrainJob {workload.name}: Kueue's Trainer {trainer_api.KUEUE_TRAINER_TYPES} types drop {', '.join(dropped)} at admission; put it in the runtime")

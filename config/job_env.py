@@ -1,0 +1,151 @@
+"""A job's own environment: plain variables (``env``) and variables read from a key of a Secret in
+the job's namespace (``secretEnv``, a ``secretKeyRef``), for a stack's TrainJobs
+(config/job_models.py ``JobBase``), ``trainctl submit --env/--secret-env`` and the portal. One set
+of rules for all three, each problem one line that names the variable and never shows its value.
+
+Rules:
+
+* names: a letter or ``_``, then letters, digits and ``_`` (the names a POSIX shell can export:
+  POSIX.1-2017 XBD 8.1 "Environment Variable Definition" and XCU 2.10.2 ``NAME``). Kubernetes takes
+  more (k8s.io/apimachinery v0.34 ``pkg/util/validation`` ``IsEnvVarName``: ``[-._a-zA-Z][-._a-zA-Z0-9]*``;
+  any printable ASCII but ``=`` with the RelaxedEnvironmentVariableValidation gate, as the Trainer's
+  v2.3.0 CRD says), but a program started through ``bash`` or ``torchrun``'s shell never sees those;
+* no name twice (a name in both ``env`` and ``secretEnv`` too);
+* not a name the platform, the Trainer or torchrun sets (:data:`RESERVED_NAMES`,
+  :data:`RESERVED_PREFIXES`): the Trainer's env entry replaces the runtime's of the same name
+  (kubeflow/trainer v2.1.0 and v2.3.0 ``pkg/runtime/framework/plugins/jobset/builder.go``: ``UpsertEnvVars``
+  of ``spec.trainer.env`` into container ``node``), so a job could silently undo what the platform
+  relies on. The runtime's defaults ``NCCL_DEBUG`` (WARN) and ``PYTHONUNBUFFERED`` are a job's to
+  change: :data:`OVERRIDABLE`;
+* a plain value that looks like a credential (``config.secrets.looks_secret``: a token-shaped
+  value, or a name such as ``WANDB_API_KEY``) is refused: a TrainJob's env is stored in plain text
+  and anyone who can read the job sees it. Such a value goes into a Secret (``trainctl secret
+  set``), and the job names it in ``secretEnv``;
+* a Secret reference is ``<secret>/<key>``: the Secret's name a DNS subdomain (Kubernetes API
+  conventions), the key of ``-``, ``_``, ``.``, letters and digits (k8s.io/apimachinery v0.34
+  ``IsConfigMapKey``, which Secret keys follow), each at most 253 characters.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+from config.secrets import looks_secret
+
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$", re.ASCII)
+SECRET_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$", re.ASCII)
+SECRET_KEY_RE = re.compile(r"^[-._a-zA-Z0-9]+$", re.ASCII)
+NAME_MAX = 253
+
+# torchrun sets these in every worker's environment (PyTorch v2.13.0
+# torch/distributed/elastic/agent/server/local_elastic_agent.py ``_start_workers``); a job's value would be overwritten
+# in the workers and mislead whatever reads it before them
+_TORCHRUN = "torchrun sets it for each worker process"
+_EFA = "the platform sets it for jobs that get EFA devices, and only for them (libfabric's EFA provider on a node without EFA fails NCCL's start)"
+RESERVED_NAMES: dict[str, str] = {
+    **{n: _TORCHRUN for n in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE")},
+    # the tensorflow runtime's wrapper builds it from the Trainer's PET_* env (k8s/builders/runtimes.py)
+    "TF_CONFIG": "the tensorflow runtime builds it from the node's rank and the job's nodes",
+    # k8s/builders/runtimes.py EFA_ENV
+    **{n: _EFA for n in ("FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "FI_EFA_FORK_SAFE", "NCCL_NET_GDR_LEVEL")},
+    "NODE_NAME": "the runtime sets it to the pod's node (the launcher's preflight names the node with it)",
+    "HF_HUB_OFFLINE": "the platform sets it for jobs whose model and dataset its initializers downloaded",
+    # the initializers' scratch paths (k8s/builders/runtimes.py) and the Trainer's initializer settings
+    "STORAGE_URI": "the Trainer's initializers read it (spec.initializer)",
+    "INITIALIZED_KEY": "the platform sets it (the initializers' download directory)",
+    "TRAINJOB_NAME": "the platform sets it (the initializers' download directory)",
+}
+RESERVED_PREFIXES: dict[str, str] = {
+    # kubeflow/trainer v2.3.0 pkg/constants/constants.go TorchRunReservedEnvNames (its webhook refuses those five);
+    # torchrun takes every option's default from PET_<OPTION> (torch/distributed/run.py, env_var defaults)
+    "PET_": "the Trainer sets PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT, and torchrun reads every PET_<option> as that option",
+    "MASTER_": _TORCHRUN + " (MASTER_ADDR, MASTER_PORT)",
+    "TORCHELASTIC_": _TORCHRUN,
+    "TRAINING_": "the platform's settings for its launcher and programs (TRAINING_JOB_NAME, TRAINING_STALL_TIMEOUT_S, TRAINING_PREFLIGHT, TRAINING_EXPECTED_GPUS, TRAINING_TERMINATION_GRACE_S, ...)",
+    # k8s/builders/admission.py NVIDIA_ENV_PREFIX: the team admission policy refuses them too
+    "NVIDIA_": "the NVIDIA container toolkit reads them (NVIDIA_VISIBLE_DEVICES=all would expose every GPU of the node); a team's job may not set them",
+}
+OVERRIDABLE = ("NCCL_DEBUG", "PYTHONUNBUFFERED")
+"""Runtime env a job may change (k8s/builders/runtimes.py BASE_ENV): a job's entry replaces the runtime's."""
+
+SECRET_HINT = "keep the value in a Secret (trainctl secret set NAME KEY=@FILE) and pass it as a Secret reference (trainctl submit --secret-env VAR=SECRET/KEY; a stack job's secretEnv)"
+
+
+def reserved_why(name: str) -> str | None:
+    """Why ``name`` is not a job's to set, or None."""
+    if name in RESERVED_NAMES:
+        return RESERVED_NAMES[name]
+    return next((why for prefix, why in RESERVED_PREFIXES.items() if name.startswith(prefix)), None)
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` may not be a job's variable, or None."""
+    if not ENV_NAME_RE.fullmatch(name) or len(name) > NAME_MAX:
+        return f"not a variable name; allowed: a letter or _, then letters, digits and _ (at most {NAME_MAX} characters)"
+    why = reserved_why(name)
+    return f"set by the platform: {why}; allowed: another name" if why else None
+
+
+def secret_ref(text: str) -> tuple[str, str] | None:
+    """``<secret>/<key>`` as (secret, key), or None when it is not one."""
+    secret, sep, key = text.partition("/")
+    if not sep or not SECRET_NAME_RE.fullmatch(secret) or len(secret) > NAME_MAX or not SECRET_KEY_RE.fullmatch(key) or len(key) > NAME_MAX:
+        return None
+    return secret, key
+
+
+SECRET_REF_ALLOWED = "allowed: SECRET/KEY, a Secret of the job's namespace (a DNS subdomain such as wandb) and one of its keys (letters, digits, '-', '_', '.'), such as wandb/api-key"
+
+
+def secret_key_problem(key: str) -> str | None:
+    """Why ``key`` is not a Secret's data key, or None."""
+    if SECRET_KEY_RE.fullmatch(key) and len(key) <= NAME_MAX and key not in (".", ".."):
+        return None
+    return f"allowed: letters, digits, '-', '_' and '.' (at most {NAME_MAX} characters)"
+
+
+def problems(env: Mapping[str, str], secret_env: Mapping[str, str]) -> list[tuple[str, str, str]]:
+    """(``env`` or ``secretEnv``, variable name, problem) for every problem of a job's env; no value is shown."""
+    found: list[tuple[str, str, str]] = []
+    for which, items in (("env", env), ("secretEnv", secret_env)):
+        for name, value in items.items():
+            why = name_problem(name)
+            if why is not None:
+                found.append((which, name, why))
+            if which == "env" and value and looks_secret(name, value):
+                found.append((which, name, f"the value looks like a secret (a token, key or password): a TrainJob's env is stored in plain text, readable by anyone who can read the job; {SECRET_HINT}"))
+            if which == "secretEnv" and secret_ref(value) is None:
+                found.append((which, name, f"not a Secret reference; {SECRET_REF_ALLOWED}"))
+    for name in sorted(set(env) & set(secret_env)):
+        found.append(("secretEnv", name, "also in env: a variable has one value; allowed: the name in env or secretEnv, not both"))
+    return found
+
+
+def parse_assignments(flag: str, items: Iterable[str]) -> tuple[dict[str, str], list[str]]:
+    """``NAME=VALUE`` arguments of ``flag`` (repeatable) as a dict, and a line per problem (a
+    missing ``=``, a name given twice); values never appear in a line."""
+    out: dict[str, str] = {}
+    lines: list[str] = []
+    for i, item in enumerate(items):
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            shown = name if sep else f"argument {i + 1}"  # an argument without '=' may be a value: not shown
+            lines.append(f"{flag} {shown}: allowed: NAME={'SECRET/KEY' if 'secret' in flag else 'VALUE'}")
+            continue
+        if name in out:
+            lines.append(f"{flag} {name}: given twice; allowed: each variable once")
+            continue
+        out[name] = value
+    return out, lines
+
+
+def env_list(env: Mapping[str, str], secret_env: Mapping[str, str]) -> list[dict]:
+    """The container env entries: plain values, then Secret references (``secretKeyRef``), each in name order."""
+    entries: list[dict] = [{"name": n, "value": env[n]} for n in sorted(env)]
+    for name in sorted(secret_env):
+        ref = secret_ref(secret_env[name])
+        if ref is None:  # refused by :func:`problems` before anything is built
+            raise ValueError(f"secretEnv {name}: not a Secret reference")
+        entries.append({"name": name, "valueFrom": {"secretKeyRef": {"name": ref[0], "key": ref[1]}}})
+    return entries
