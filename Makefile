@@ -86,9 +86,10 @@ IMAGE ?= training-platform/workloads:local
 image: venv
 	docker build --platform linux/amd64 $$($(PY) -c "import versions; print(' '.join(f'--build-arg {k}={v}' for k, v in versions.WORKLOAD_BUILD_ARGS.items()))") -t $(IMAGE) workloads
 
-## docs: regenerate the README's config reference from the settings classes
+## docs: regenerate the config reference (docs/reference.md) from the settings classes, and the README's cost of dev
 docs: venv
-	$(PY) -m tools.config_docs --write README.md
+	$(PY) -m tools.config_docs --write docs/reference.md
+	$(PY) -m tools.cost --stack dev --write README.md
 
 ## schema: regenerate the stack files' JSON Schema (editor completion and checks) from the settings classes
 schema: venv

@@ -1,7 +1,7 @@
-"""The README's config reference, generated from the settings classes (the single source of
-defaults, types and descriptions). ``--check`` fails when README.md is out of date.
+"""The config reference (docs/reference.md), generated from the settings classes (the single source of
+defaults, types and descriptions). ``--check`` fails when docs/reference.md is out of date.
 
-Usage: python -m tools.config_docs [--write | --check] [README.md]
+Usage: python -m tools.config_docs [--write | --check] [docs/reference.md]
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def render(readme: str) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("readme", nargs="?", default="README.md")
+    ap.add_argument("readme", nargs="?", default="docs/reference.md")
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true")
     mode.add_argument("--check", action="store_true")
