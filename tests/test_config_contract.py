@@ -24,7 +24,7 @@ FOUR_LINES = [
     "invalid config training-platform:gpuPool.capacityTypes[1] = 'ondemand': did you mean 'on-demand'? allowed: on-demand, spot, reserved",
     "invalid config training-platform:trainer.maxRestarts = -1: allowed: an integer from 0 to 100",
     "invalid config training-platform:trainjobs.ddp.numNode = 3: unknown key; did you mean 'numNodes'? "
-    "allowed keys: enabled, numNodes, instanceType, gpusPerNode, image, availabilityZone, extraArgs, activeDeadlineSeconds, terminationGraceSeconds, priority, stallTimeoutSeconds, epochs",
+    "allowed keys: enabled, numNodes, instanceType, gpusPerNode, image, availabilityZone, extraArgs, activeDeadlineSeconds, terminationGraceSeconds, priority, stallTimeoutSeconds, env, secretEnv, epochs",
 ]
 
 

@@ -92,6 +92,7 @@ def test_team_role_is_exactly_trainjobs_configmaps_and_reading_pods_logs_events(
     expected = (
         {("trainer.kubeflow.org", "trainjobs", verb) for verb in crud}
         | {("", "configmaps", verb) for verb in crud}
+        | {("", "secrets", verb) for verb in ("create", "update", "delete")}  # write-only: for secretEnv, never read back
         | {("", "pods", verb) for verb in read}
         | {("", "events", verb) for verb in read}
         | {("", "pods/log", "get")}
