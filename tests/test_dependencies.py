@@ -306,3 +306,70 @@ def test_a_running_job_of_the_name_refuses_the_submit_and_leaves_nothing(proj):
         jobstate.submit(cluster, _req(), code.collect(proj), instance_type_given=False)  # type: ignore[arg-type]
     assert [c[0] for c in cluster.calls] == ["create cm", "delete cm"]
     assert json.dumps(cluster.existing)  # untouched
+
+
+# --- on the emulator (trainctl's local mode): the objects the cluster path creates -------------
+
+RESUMES = """import os, pathlib, time, tinydep
+own, other = pathlib.Path(os.environ["TRAINING_CHECKPOINT_DIR"]), os.environ.get("TRAINING_RESUME_FROM")
+steps = sorted(int(p.name[5:]) for d in (own, pathlib.Path(other) if other else None) if d and d.is_dir() for p in d.glob("step-*"))
+start = steps[-1] if steps else 0
+print(f"VERSION {VERSION} dep {tinydep.VALUE} resumed from step {start}", flush=True)
+if os.environ["RANK"] == "0":
+    own.mkdir(parents=True, exist_ok=True)
+    for step in range(start + 1, start + 4):
+        (own / f"step-{step}").write_text("saved")
+"""
+
+
+@pytest.fixture
+def local_home(tmp_path, monkeypatch) -> pathlib.Path:
+    from trainctl import local
+
+    monkeypatch.setenv(local.HOME_ENV, str(tmp_path / "state"))
+    return tmp_path / "state"
+
+
+def _local_run(capsys, proj: pathlib.Path, *flags: str) -> tuple[dict, str, str]:
+    import time
+
+    from trainctl import local
+
+    rc = cli.main(["submit", "--local", "--nodes", "2", *flags, str(proj), "--", "python", "train.py"])
+    _, err = capsys.readouterr()
+    assert rc == 0, err
+    name = flags[flags.index("--name") + 1] if "--name" in flags else objects.default_name(code.collect(proj))
+    deadline = time.monotonic() + 240
+    while (r := local.report(name))["phase"] == "Running" and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return r, "\n".join(local.logs(name, node=None, follow=False)), err
+
+
+@pytest.mark.slow
+def test_local_requirements_installed_then_a_fixed_resubmit_resumes_from_its_checkpoints(local_home, tmp_path, capsys):
+    proj = code_dir(tmp_path, "tinydep==0.1")
+    (proj / "launch.py").unlink()  # trainctl ships its own beside the code
+    (proj / "train.py").write_text("VERSION = 1\n" + RESUMES)
+    r, logs, _ = _local_run(capsys, proj)
+    assert r["phase"] == "Complete", logs
+    assert "Successfully installed tinydep-0.1" in logs and "VERSION 1 dep 42 resumed from step 0" in logs
+    (proj / "train.py").write_text("VERSION = 2\n" + RESUMES)  # the fix: same directory, same name
+    r, logs, err = _local_run(capsys, proj)
+    assert r["phase"] == "Complete", logs
+    assert "replaced the finished (Complete) local job code" in err
+    assert "VERSION 2 dep 42 resumed from step 3" in logs  # the first run's last checkpoint
+    r, logs, _ = _local_run(capsys, proj, "--name", "other", "--resume-from", "code")
+    assert r["phase"] == "Complete" and "resumed from step 6" in logs
+
+
+@pytest.mark.slow
+def test_local_failed_install_is_reported_by_status_and_diagnose(local_home, tmp_path, capsys):
+    proj = code_dir(tmp_path, "tinydep==0.2")
+    (proj / "launch.py").unlink()
+    (proj / "train.py").write_text("print('USER CODE RAN')\n")
+    r, logs, _ = _local_run(capsys, proj, "--name", "nodeps")
+    assert r["phase"] == "Failed" and "USER CODE RAN" not in logs
+    assert r["cause"] == "dependencies failed to install: No matching distribution found for tinydep==0.2"
+    assert cli.main(["diagnose", "--local", "nodeps"]) == 0
+    out, _ = capsys.readouterr()
+    assert out.startswith("dependencies failed to install:") and "No matching distribution found for tinydep==0.2" in out

@@ -136,9 +136,9 @@ def submit(cm: dict, trainjob: dict, *, stack: str = "dev", timeout_s: float = 3
     d = job_dir(name)
     replaced = None
     if d.exists():  # a resubmit: a finished job of the name is replaced (its checkpoints stay), a running one refused
-        if _alive(_state(d)) or result(d) is None:
+        if result(d) is None and _alive(_state(d)):  # a result written: finished, its emulator may still be leaving
             raise LocalError(f"a local job {name} exists and is running: a job of that name is replaced only once it finished; wait for it, trainctl delete --local {name}, or pass --name")
-        replaced = result(d)["status"]
+        replaced = report(name)["phase"]
         delete(name)
     d.mkdir(parents=True)
     # the claim every local job mounts at /mnt/checkpoints, as a team's jobs share its claim: a job's
