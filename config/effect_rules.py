@@ -220,20 +220,21 @@ def runtime_rules(s: Settings) -> Iterator[ConfigError]:
 
 
 def quota_rules(s: Settings) -> Iterator[ConfigError]:
-    """Without Kueue a team's CPU and memory quotas are its namespace's ResourceQuota: below what
-    one node's pod requests (its smallest GPU type, one GPU) no job of the team can ever start."""
-    if s.kueue_enabled:
-        return
+    """A team's CPU and memory quotas below what one node's pod requests (the pools' smallest GPU
+    node, one GPU): without Kueue they are its namespace's ResourceQuota, so no job of the team can
+    ever start; with Kueue they are its ClusterQueue's nominal quota in each pool, so its guarantee
+    can never be used (a job would start only by borrowing what other teams leave idle)."""
     types = s.gpu_pool.allowed_types()
     if not types:
         return
     smallest = min((catalog.node_pod_request(t, 1) for t in types), key=lambda r: (r[1], r[0]))
     cpu, memory_gib = smallest
+    why = "so the team's guaranteed quota could never run a job (it would start only by borrowing idle capacity)" if s.kueue_enabled else "so no job of the team could start"
     for team, t in s.tenants.teams().items():
         if t.memory_quota and quantity_bytes(t.memory_quota) < memory_gib * 2**30:
-            yield ConfigError(f"tenants.{team}.memoryQuota", t.memory_quota, f"below the {memory_gib}Gi one node's pod requests (the pool's smallest GPU node, one GPU), so no job of the team could start; allowed: at least {memory_gib}Gi")
+            yield ConfigError(f"tenants.{team}.memoryQuota", t.memory_quota, f"below the {memory_gib}Gi one node's pod requests (the pool's smallest GPU node, one GPU), {why}; allowed: at least {memory_gib}Gi")
         if t.cpu_quota and cpu_cores(t.cpu_quota) < cpu:
-            yield ConfigError(f"tenants.{team}.cpuQuota", t.cpu_quota, f"below the {cpu} CPUs one node's pod requests (the pool's smallest GPU node, one GPU), so no job of the team could start; allowed: at least {cpu}")
+            yield ConfigError(f"tenants.{team}.cpuQuota", t.cpu_quota, f"below the {cpu} CPUs one node's pod requests (the pool's smallest GPU node, one GPU), {why}; allowed: at least {cpu}")
 
 
 def unused_section_rules(s: Settings) -> Iterator[ConfigError]:

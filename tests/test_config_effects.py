@@ -236,6 +236,8 @@ def test_a_valid_cpu_quantity_in_millicores_is_taken():
     [
         ({**KUEUE_OFF, "tenants": {"vision": {"gpuQuota": 1, "memoryQuota": "1Gi"}}}, "tenants.vision.memoryQuota"),
         ({**KUEUE_OFF, "tenants": {"vision": {"gpuQuota": 1, "cpuQuota": "500m"}}}, "tenants.vision.cpuQuota"),
+        ({"tenants": {"vision": {"gpuQuota": 1, "memoryQuota": "1Gi"}}}, "tenants.vision.memoryQuota"),  # with Kueue: a guarantee that runs nothing
+        ({"tenants": {"vision": {"gpuQuota": 1, "cpuQuota": "500m"}}}, "tenants.vision.cpuQuota"),
         ({"tenants": {"vision": {"gpuQuota": 1}}, "trainer": {"runtimes": ["tensorflow-distributed"]}}, "trainer.runtimes"),
         ({"tenants": {"kube-vision": {"gpuQuota": 1}}}, "tenants.kube-vision"),
         ({"tenants": {"vision": {"gpuQuota": 1, "namespace": "kube-vision"}}}, "tenants.vision.namespace"),
@@ -283,7 +285,7 @@ def test_more_members_of_each_class_are_refused(raw, key):
 
 @pytest.mark.parametrize(
     "tenant",
-    [{"cpuQuota": "1e3"}, {"cpuQuota": "+4"}, {"cpuQuota": "4."}, {"cpuQuota": "1E3"}, {"memoryQuota": "129e6"}, {"memoryQuota": "1e9"}, {"memoryQuota": "1.5Gi"}],
+    [{"cpuQuota": "1e3"}, {"cpuQuota": "+400"}, {"cpuQuota": "400."}, {"cpuQuota": "1E3"}, {"memoryQuota": "129e10"}, {"memoryQuota": "1e12"}, {"memoryQuota": "1.5Ti"}],
 )
 def test_valid_quantities_are_taken(tenant):
     ok({"tenants": {"vision": {"gpuQuota": 1, **tenant}}})
