@@ -177,3 +177,11 @@ ALB_CONTROLLER_VERSION = "3.5.0"
 # tests/test_portal.py pins the file's SHA-256 and this source.
 ALB_CONTROLLER_IAM_POLICY_SOURCE = "https://raw.githubusercontent.com/kubernetes-sigs/aws-load-balancer-controller/v3.5.0/docs/install/iam_policy.json"
 ALB_CONTROLLER_IAM_POLICY_SHA256 = "16f232c9d9f79366fe949c4550ad517a202380058a9e48d45a4e215044a20a6a"
+# The chart's source for the local control plane (tools/cluster/charts.py): the eks-charts
+# repository (the published Helm repository's source, stable/aws-load-balancer-controller) as the Go
+# module proxy serves it. The controller's own module (sigs.k8s.io/aws-load-balancer-controller/v3,
+# tag v3.5.0) is not served by the module proxy this project builds from ("not available"); this
+# eks-charts commit of 2026-08-21 holds chart 3.5.0 (Chart.yaml version 3.5.0, appVersion v3.5.0),
+# file for file the tag's helm/aws-load-balancer-controller. tools/cluster/charts.py checks the version.
+EKS_CHARTS_MODULE = "github.com/aws/eks-charts"
+EKS_CHARTS_MODULE_VERSION = "v0.0.243-0.20260821194545-743f98a89b5b"

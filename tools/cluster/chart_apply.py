@@ -42,7 +42,7 @@ HELM_MANAGER = "helm"  # the field manager of what the charts apply here
 _WEBHOOKS = ("it calls the chart's Service, whose pods run no container here: with failurePolicy Fail it would refuse every object it hooks;"
              " the local controllers' own registrations of the same webhooks (tools/cluster/components.py) stay")
 DRY_RUN_ONLY = {
-    "CustomResourceDefinition": "the local control plane serves the same release's CRDs from the module's own config (components.crds); the chart's copy must not replace them under the running controllers",
+    "CustomResourceDefinition": "the local control plane serves the same release's CRDs from the module's own config (components.crds); the chart's copy must not replace them under the running controllers (a CRD it does not serve is installed: _install_crd)",
     "MutatingWebhookConfiguration": _WEBHOOKS,
     "ValidatingWebhookConfiguration": _WEBHOOKS,
     "APIService": "an aggregated API whose Service has no server behind it makes API discovery fail for every client",
@@ -58,12 +58,40 @@ DAEMONSET_NODES: dict[tuple[str, str], frozenset[str]] = {}
 @dataclass(frozen=True)
 class ImageBuild:
     """Where a release's image is built, read from its module at the pinned version: the platforms
-    it is published for and the RBAC role its controller's code generates."""
+    it is published for and the RBAC role its controller's code generates. Where no module the
+    local cluster can download holds the build (``module`` None), ``platforms`` and ``rules`` are
+    those facts as read from the release, ``platforms_file`` naming where."""
 
-    module: str
+    module: str | None
     platforms_file: str
     platforms_pattern: str  # a regex whose group 1 lists the platforms
-    role_file: str | None  # kubebuilder's generated role (None: the chart is the only RBAC source)
+    role_file: str | None  # kubebuilder's generated role (None: the chart is the only RBAC source, or ``rules``)
+    platforms: frozenset[str] = frozenset()
+    rules: tuple[dict, ...] = ()
+    rules_source: str = ""
+
+
+def _rule(groups: tuple[str, ...], resources: tuple[str, ...], verbs: tuple[str, ...]) -> dict:
+    return {"apiGroups": list(groups), "resources": list(resources), "verbs": list(verbs)}
+
+
+# What the AWS Load Balancer Controller's code asks for serving Ingresses, from its generated role
+# (kubernetes-sigs/aws-load-balancer-controller v3.5.0 config/rbac/role.yaml, the kubebuilder
+# markers' output; its Gateway API and Global Accelerator rules left out: the platform uses neither).
+# Its module (sigs.k8s.io/aws-load-balancer-controller/v3) is not on the module proxy (versions.py).
+ALB_CONTROLLER_RULES = (
+    _rule(("",), ("endpoints", "namespaces", "nodes", "pods"), ("get", "list", "watch")),
+    _rule(("",), ("events",), ("create", "patch")),
+    _rule(("",), ("pods/status", "services/status"), ("patch", "update")),
+    _rule(("",), ("services",), ("get", "list", "patch", "update", "watch")),
+    _rule(("discovery.k8s.io",), ("endpointslices",), ("get", "list", "watch")),
+    _rule(("elbv2.k8s.aws",), ("ingressclassparams",), ("get", "list", "watch")),
+    _rule(("elbv2.k8s.aws",), ("targetgroupbindings",), ("create", "delete", "get", "list", "patch", "update", "watch")),
+    _rule(("elbv2.k8s.aws",), ("targetgroupbindings/status",), ("patch", "update")),
+    _rule(("extensions", "networking.k8s.io"), ("ingresses",), ("get", "list", "patch", "update", "watch")),
+    _rule(("extensions", "networking.k8s.io"), ("ingresses/status",), ("patch", "update")),
+    _rule(("networking.k8s.io",), ("ingressclasses",), ("get", "list", "watch")),
+)
 
 
 # image repository (as a chart names it, any registry) -> its build
@@ -76,6 +104,10 @@ IMAGE_BUILDS: dict[str, ImageBuild] = {
     "kueue/kueue": ImageBuild(versions.KUEUE_MODULE, "Makefile", r"(?m)^PLATFORMS \?= (\S+)", "config/components/rbac/role.yaml"),
     # .ko.yaml: defaultPlatforms (ko publish in hack/release/common.sh)
     "karpenter/controller": ImageBuild(versions.KARPENTER_AWS_MODULE, ".ko.yaml", r"defaultPlatforms:\s*\n((?:\s+- \S+\n)+)", None),
+    # kubernetes-sigs/aws-load-balancer-controller v3.5.0 Makefile: IMG_PLATFORM ?= linux/amd64,linux/arm64 (ko build --platform)
+    "eks/aws-load-balancer-controller": ImageBuild(None, "kubernetes-sigs/aws-load-balancer-controller v3.5.0 Makefile (IMG_PLATFORM)", "", None,
+                                                   platforms=frozenset({"amd64", "arm64"}), rules=ALB_CONTROLLER_RULES,
+                                                   rules_source="kubernetes-sigs/aws-load-balancer-controller v3.5.0 config/rbac/role.yaml"),
 }
 
 
@@ -100,6 +132,8 @@ def _module_file(module: str, version: str, path: str) -> str:
 
 def image_architectures(b: ImageBuild, plan: StackPlan) -> set[str]:
     """The Linux architectures the image is published for, from its release's build file."""
+    if b.module is None:
+        return set(b.platforms)
     m = re.search(b.platforms_pattern, _module_file(b.module, module_version(b.module, plan), b.platforms_file))
     if m is None:
         raise ValueError(f"{b.module} {b.platforms_file}: no platform list (/{b.platforms_pattern}/)")
@@ -120,13 +154,24 @@ class Applied:
 def _with_release(obj: dict, release: str, namespace: str, client: Client) -> dict:
     """As Helm sends it: the release namespace on namespaced objects that name none, and Helm's
     ownership label and annotations (pkg/action setMetadataVisitor)."""
-    obj = copy.deepcopy(obj)
+    obj = _without_nulls(copy.deepcopy(obj))
     meta = obj.setdefault("metadata", {})
     if client.kind(obj["apiVersion"], obj["kind"]).namespaced:
         meta.setdefault("namespace", namespace)
     meta["labels"] = {**(meta.get("labels") or {}), "app.kubernetes.io/managed-by": "Helm"}
     meta["annotations"] = {**(meta.get("annotations") or {}), "meta.helm.sh/release-name": release, "meta.helm.sh/release-namespace": namespace}
     return obj
+
+
+def _without_nulls(value):
+    """A map's null fields left out: the API server decodes a null as no value and defaults it, as
+    if it were not sent (the ALB controller chart's ``objectSelector:`` with nothing under it, from
+    its null ``webhookConfig.ingressValidationObjectSelector`` keys, is read back as ``{}``)."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
 
 
 def _managers(live: dict) -> set[str]:
@@ -146,6 +191,9 @@ def _dry_run(client: Client, obj: dict) -> list[str]:
 
 def _apply(client: Client, obj: dict, out: Applied) -> None:
     meta = obj["metadata"]
+    if obj["kind"] == "CustomResourceDefinition" and client.get_or_none(obj["apiVersion"], obj["kind"], meta["name"]) is None:
+        _install_crd(client, obj, out)  # no local component serves it: nothing to replace
+        return
     if obj["kind"] in DRY_RUN_ONLY:
         out.dry_run[label(obj)] = DRY_RUN_ONLY[obj["kind"]]
         out.problems += _dry_run(client, obj)
@@ -162,6 +210,27 @@ def _apply(client: Client, obj: dict, out: Applied) -> None:
         return
     out.objects.append(obj)
     out.problems += [f"{label(obj)}: {d}" for d in differences({k: v for k, v in obj.items() if k != "status"}, live)]
+
+
+def _install_crd(client: Client, obj: dict, out: Applied, timeout_s: float = 60) -> None:
+    """A chart CRD the local cluster does not serve (the ALB controller's), installed as Helm installs
+    a chart's crds/: created, then waited for (60 s) until the API server serves it
+    (helm.sh/helm/v3 v3.20.2 pkg/action/install.go installCRDs: Create, then Wait(..., 60*time.Second))."""
+    import time
+
+    try:
+        live = client.apply(obj, manager=HELM_MANAGER)
+    except ApiError as err:
+        out.problems.append(f"{label(obj)}: refused by the API server (HTTP {err.status}): {err}")
+        return
+    out.objects.append(obj)
+    deadline = time.monotonic() + timeout_s
+    while not any(c.get("type") == "Established" and c.get("status") == "True" for c in (live.get("status") or {}).get("conditions") or []):
+        if time.monotonic() > deadline:
+            out.problems.append(f"{label(obj)}: not Established after {timeout_s:.0f} s")
+            return
+        time.sleep(0.2)
+        live = client.get(obj["apiVersion"], obj["kind"], obj["metadata"]["name"])
 
 
 def apply_release(client: Client, rendered: Rendered) -> Applied:
@@ -283,8 +352,8 @@ def daemonset_coverage(client: Client, release: str, daemonset: dict) -> list[st
 # --- RBAC: what the controller's code asks of the chart's roles ----------------------------------------
 
 def required_rules(b: ImageBuild, plan: StackPlan) -> list[dict]:
-    if b.role_file is None:
-        return []
+    if b.module is None or b.role_file is None:
+        return list(b.rules)
     docs = yaml.safe_load_all(_module_file(b.module, module_version(b.module, plan), b.role_file))
     return [rule for d in docs if d and d.get("kind") == "ClusterRole" for rule in d.get("rules") or []]
 
@@ -318,7 +387,7 @@ def rbac_gaps(client: Client, deployment: dict, plan: StackPlan, release_objects
                             answer = client.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body=review)
                             if not (answer.get("status") or {}).get("allowed"):
                                 what = f"{resource}{'.' + group if group else ''}{' ' + name if name else ''}"
-                                gaps.append(f"{label(deployment)}: {user} may not {verb} {what} (what {b.module} {b.role_file} grants)")
+                                gaps.append(f"{label(deployment)}: {user} may not {verb} {what} (what {b.rules_source or f'{b.module} {b.role_file}'} grants)")
     return gaps
 
 

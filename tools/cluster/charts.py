@@ -23,6 +23,10 @@ version, and checks our values' keys against the chart first:
   tags the manager's image with ``.Chart.AppVersion``. v2.3.0's workflow adds none (its templates
   tag images from ``.Chart.Version``): ``TRAINER_PUBLISHED_APP_VERSION``.
 
+* The AWS Load Balancer Controller's chart (the portal's, ``portal.enabled`` on a self-managed GPU
+  pool) comes from the eks-charts repository's module (``versions.EKS_CHARTS_MODULE``): the
+  controller's own module is not served by the module proxy.
+
 Charts in no such module (the NVIDIA and EFA device plugins, dcgm-exporter, kube-prometheus-stack)
 are not rendered here: ``not_rendered`` says why.
 """
@@ -102,7 +106,23 @@ def chart_source(release: Release) -> ChartSource | None:
         return ChartSource(versions.KUEUE_MODULE, "v" + versions.KUEUE_VERSION, "charts/kueue", versions.KUEUE_VERSION)
     if release.chart == versions.KARPENTER_CHART:
         return ChartSource(versions.KARPENTER_AWS_MODULE, "v" + versions.KARPENTER_VERSION, "charts/karpenter", versions.KARPENTER_VERSION, published_version_rewritten=True)
+    if release.chart == versions.ALB_CONTROLLER_CHART and release.version == versions.ALB_CONTROLLER_VERSION:
+        # the eks-charts repository's source (versions.EKS_CHARTS_MODULE says why not the controller's module)
+        return ChartSource(versions.EKS_CHARTS_MODULE, versions.EKS_CHARTS_MODULE_VERSION, "stable/aws-load-balancer-controller", versions.ALB_CONTROLLER_VERSION)
     return None
+
+
+def flattened(docs: list[dict]) -> list[dict]:
+    """Objects as Helm sends them: a ``v1`` ``List`` is its items (Helm's kube client builds the
+    manifests with ``resource.Builder.Flatten()``, helm.sh/helm/v3 v3.20.2 pkg/kube/client.go
+    ``newBuilder``); the ALB controller chart's IngressClassParams and IngressClass come as one."""
+    out: list[dict] = []
+    for doc in docs:
+        if doc.get("kind") == "List" and doc.get("apiVersion") == "v1":
+            out += flattened([i for i in doc.get("items") or [] if i])
+        else:
+            out.append(doc)
+    return out
 
 
 def not_rendered(plan: StackPlan) -> dict[str, str]:
@@ -255,7 +275,7 @@ def template(release: Release, plan: StackPlan, *, api_versions: list[str] | Non
     return Rendered(
         release=release,
         source=source,
-        manifests=[doc for m in out["manifests"] for doc in yaml.safe_load_all(m["content"]) if doc],
+        manifests=flattened([doc for m in out["manifests"] for doc in yaml.safe_load_all(m["content"]) if doc]),
         hooks=[{"events": h["events"], "weight": h["weight"], "object": doc} for h in out["hooks"] for doc in yaml.safe_load_all(h["content"]) if doc],
         crds=[doc for c in out["crds"] for doc in yaml.safe_load_all(c["content"]) if doc],
         notes=out["notes"],
