@@ -26,6 +26,7 @@ import copy
 import functools
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 import yaml
 
@@ -163,7 +164,7 @@ def _with_release(obj: dict, release: str, namespace: str, client: Client) -> di
     return obj
 
 
-def _without_nulls(value):
+def _without_nulls(value: Any) -> Any:
     """A map's null fields left out: the API server decodes a null as no value and defaults it, as
     if it were not sent (the ALB controller chart's ``objectSelector:`` with nothing under it, from
     its null ``webhookConfig.ingressValidationObjectSelector`` keys, is read back as ``{}``)."""
