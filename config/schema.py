@@ -406,11 +406,15 @@ def repaired_section(cls: type[Section], raw: Any) -> Section | None:
             for err in exc.errors(include_url=False):
                 loc = [p for p in err["loc"] if not isinstance(p, int)]  # a bad list item: drop the whole list
                 node: Any = data
-                for part in loc[:-1]:
-                    node = node.get(part) if isinstance(node, dict) else None
-                if isinstance(node, dict) and loc and loc[-1] in node:
-                    del node[loc[-1]]
-                    removed = True
+                for i, part in enumerate(loc):
+                    if not isinstance(node, dict) or part not in node:
+                        break
+                    # the bad value, or the list whose item holds it (tenants.<team>.s3[0].bucket): dropped whole
+                    if i == len(loc) - 1 or isinstance(node[part], list):
+                        del node[part]
+                        removed = True
+                        break
+                    node = node[part]
             if not removed:
                 return None
     return None

@@ -14,6 +14,66 @@ from config.schema import Bool, ConfigError, Int, SchemaCheck, Section, opt, pro
 
 # --- teams (tenants) and Kueue --------------------------------------------------------------
 
+# S3 general purpose bucket names (Amazon S3 User Guide, "General purpose bucket naming rules"): 3-63
+# characters of lower-case letters, digits, '.' and '-', beginning and ending with a letter or digit,
+# no two adjacent periods, not an IP address, none of the reserved prefixes and suffixes below.
+_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", re.ASCII)
+_BUCKET_RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
+_BUCKET_RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
+# A key prefix the role may use: folders of S3's "safe" key characters (S3 User Guide, "Naming Amazon
+# S3 objects": letters, digits and ! - _ . * ' ( )), without '*' (an IAM wildcard: it would widen the
+# grant) and without '$' (IAM policy variables are ${...}); ending with '/', so that data/ grants
+# data/... and not data-old/... as well.
+_S3_PREFIX_RE = re.compile(r"^([A-Za-z0-9!_.'()-]+/)+$", re.ASCII)
+S3_PREFIX_MAX = 128
+S3_GRANTS_MAX = 10
+"""At most this many grants a team: the worst case (the longest bucket names and prefixes, every grant
+read-write, each on its own bucket) keeps the role's inline policy under IAM's 10,240 characters
+(IAM User Guide, "IAM and AWS STS quotas": inline policies of a role, aggregate; tests/test_team_identity.py)."""
+
+
+def bucket_problem(name: str) -> str | None:
+    """Why ``name`` is not an S3 general purpose bucket name (None when it is one)."""
+    allowed = "allowed: an S3 bucket name (3-63 lower-case letters, digits, '.' and '-', starting and ending with a letter or digit), such as vision-datasets"
+    if not _BUCKET_RE.fullmatch(name):
+        return allowed
+    if ".." in name:
+        return "an S3 bucket name has no two adjacent periods; " + allowed
+    if re.fullmatch(r"\d{1,3}(\.\d{1,3}){3}", name):
+        return "an S3 bucket name is not formatted as an IP address; " + allowed
+    for reserved in _BUCKET_RESERVED_PREFIXES:
+        if name.startswith(reserved):
+            return f"S3 reserves bucket names starting with {reserved}; " + allowed
+    for reserved in _BUCKET_RESERVED_SUFFIXES:
+        if name.endswith(reserved):
+            return f"S3 reserves bucket names ending with {reserved}; " + allowed
+    return None
+
+
+def prefix_problem(prefix: str) -> str | None:
+    """Why ``prefix`` is not a key prefix a team's role may be granted (None when it is one)."""
+    allowed = (
+        f"allowed: a folder of the bucket ending with '/', such as datasets/imagenet/ (letters, digits and ! - _ . ' ( ), "
+        f"at most {S3_PREFIX_MAX} characters, no '*', no '.' or '..' folder); leave prefix out for the whole bucket"
+    )
+    if len(prefix) > S3_PREFIX_MAX or not _S3_PREFIX_RE.fullmatch(prefix):
+        return allowed
+    if any(part in (".", "..") for part in prefix.split("/")):
+        return "a folder named '.' or '..' is not a folder S3 has; " + allowed
+    return None
+
+
+class S3Access(Section):
+    """One bucket (or one folder of it) a team's jobs may use, and how."""
+
+    bucket: str | None = opt(None, "the S3 bucket (required), such as vision-datasets", check=SchemaCheck(lambda v: bucket_problem(v), {"pattern": _BUCKET_RE.pattern}))
+    prefix: str | None = opt(None, "a folder of the bucket, ending with '/' (such as datasets/imagenet/): the jobs may use only keys under it; unset = the whole bucket", check=SchemaCheck(lambda v: prefix_problem(v), {"pattern": _S3_PREFIX_RE.pattern, "maxLength": S3_PREFIX_MAX}))
+    access: Literal["read", "readwrite"] = opt("read", "read: list and get objects; readwrite: also put and delete them (multipart uploads included)")
+
+    def problems(self, path: str) -> Iterator[ConfigError]:
+        if self.bucket is None:
+            yield ConfigError(f"{path}.bucket", self.bucket, "required: the S3 bucket the team's jobs may use, such as vision-datasets")
+
 
 class TenantSettings(Section):
     """One team: its namespace, GPU quota and the IAM principals that act in its namespace."""
@@ -31,12 +91,25 @@ class TenantSettings(Section):
     namespace_view_policy: Bool = opt(
         False, "also associate the AWS-managed AmazonEKSViewPolicy, scoped to the team's namespace: read access to every object there except Secrets (more than the team's Role grants)"
     )
+    s3: list[S3Access] = opt(
+        [],
+        f"S3 buckets or folders the team's jobs may use (at most {S3_GRANTS_MAX}): objects with bucket, optional prefix, access read or readwrite; the team gets an IAM role with exactly these "
+        "grants, associated (EKS Pod Identity) with its jobs' service account (docs/teams-aws-access.md); empty = no AWS identity",
+    )
 
     def problems(self, path: str) -> Iterator[ConfigError]:
         if self.gpu_quota is None:
             yield ConfigError(f"{path}.gpuQuota", None, "required: the GPUs the team is guaranteed, an integer >= 1")
         if _unique(self.principal_arns):
             yield ConfigError(f"{path}.principalArns", self.principal_arns, "allowed: a list without duplicates")
+        if len(self.s3) > S3_GRANTS_MAX:
+            yield ConfigError(f"{path}.s3", len(self.s3), f"allowed: at most {S3_GRANTS_MAX} entries (the role's inline policy must stay under IAM's 10,240 characters); grant a common folder instead")
+        seen: dict[tuple[str, str], int] = {}
+        for i, grant in enumerate(self.s3):
+            where = (grant.bucket or "", grant.prefix or "")
+            if where in seen:
+                yield ConfigError(f"{path}.s3[{i}]", f"{grant.bucket}/{grant.prefix or ''}", f"the same bucket and prefix as s3[{seen[where]}]; allowed: one entry per folder (access readwrite includes read)")
+            seen.setdefault(where, i)
 
 
 class TenantsSettings(RootModel[dict[str, TenantSettings]]):

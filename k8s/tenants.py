@@ -22,6 +22,7 @@ import versions
 from config.settings import Settings
 from infra.cluster import Cluster
 from infra.storage import CheckpointStorage
+from infra.team_identity import TeamIdentity
 from k8s.builders import admission, platform_facts, trainer_api
 from k8s.builders import kueue as kq
 from k8s.builders import tenants as tn
@@ -58,6 +59,7 @@ class Tenants(pulumi.ComponentResource):
         teams = settings.tenants.teams()
         dirs_ready = self._fsx_directories(sorted(teams)) if storage.type == "fsx" else []
         self.namespaces: dict[str, str] = {}
+        self.identities: dict[str, TeamIdentity] = {}
         reader = self._apply(tn.runtime_reader_role())
         reader_binding = self._apply(tn.runtime_reader_binding(list(teams)), reader)
         # what a team's TrainJob may change of its pods, checked by the API server (k8s/builders/admission.py);
@@ -80,10 +82,15 @@ class Tenants(pulumi.ComponentResource):
             gpu_cap = kq.gpu_ceiling(settings) if kueue else (tenant.gpu_quota or 0)
             facts_doc = image_ref.apply(lambda ref, team=team: platform_facts.dumps(platform_facts.facts(settings, ref, team)))
             self._apply(platform_facts.configmap(ns_name, facts_doc, {tn.TEAM_LABEL: team}), ns)
-            manifests = (tn.resource_quota(ns_name, team, tenant, gpu_cap=gpu_cap, kueue=kueue is not None, storage_gib=storage.capacity_gib), tn.limit_range(ns_name, team), tn.network_policy(ns_name, team), tn.egress_policy(ns_name, {tn.TEAM_LABEL: team}, trainer_status=trainer_api.status_server_on(settings.trainer)), tn.role(ns_name, team))
+            manifests = (tn.resource_quota(ns_name, team, tenant, gpu_cap=gpu_cap, kueue=kueue is not None, storage_gib=storage.capacity_gib), tn.limit_range(ns_name, team), tn.network_policy(ns_name, team), tn.egress_policy(ns_name, {tn.TEAM_LABEL: team}, trainer_status=trainer_api.status_server_on(settings.trainer), pod_identity=bool(tenant.s3)), tn.role(ns_name, team), tn.service_account(ns_name, team))
             for manifest in manifests:
                 self._apply(manifest, ns)
             binding = self._apply(tn.role_binding(ns_name, team), ns)
+            if tenant.s3:  # the team's AWS identity: a role with its S3 grants, for its jobs' service account
+                self.identities[team] = TeamIdentity(
+                    f"{name}-{team}-identity", cluster_name=settings.cluster_name, eks_cluster_name=cluster.eks_cluster.eks_cluster.name, region=settings.region, team=team,
+                    namespace=ns_name, grants=tenant.s3, tags=tags, opts=pulumi.ResourceOptions(parent=self),
+                )
             self._checkpoint_volume(team, ns_name, ns, dirs_ready)
             if kueue is not None:
                 cq = self._apply(kq.team_cluster_queue(team, tenant, namespace=ns_name, settings=settings), *kueue.ready)

@@ -110,3 +110,13 @@ def allowed(policy: dict, request: Request) -> bool:
     if any(s["Effect"] == "Deny" and matches(s, request) for s in statements):
         return False
     return any(s["Effect"] == "Allow" and matches(s, request) for s in statements)
+
+
+def identity_allowed(policy: dict, request: Request) -> bool:
+    """IAM's decision for ``request`` under the identity policy ``policy`` alone (a role's own
+    policy: its statements name no Principal, the role is the caller)."""
+    statements = _as_list(policy["Statement"])
+    for s in statements:
+        if "Principal" in s:
+            raise AssertionError("an identity policy names no Principal")
+    return allowed({"Statement": [{**s, "Principal": "*"} for s in statements]}, request)

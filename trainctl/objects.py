@@ -74,6 +74,7 @@ class Request:
     deps_timeout: int | None = None  # seconds for installing the code's requirements.txt; None: tj.DEFAULT_DEPS_TIMEOUT_S
     pip_index_url: str | None = None  # the platform's (published facts); None: PyPI
     pip_extra_index_urls: tuple[str, ...] = ()
+    service_account: str | None = None  # the team's jobs' service account (published facts); None: the namespace's default
 
 
 # the job-shape keys of the stack's TrainJob model (config/job_models.py JobBase) as trainctl's flags
@@ -203,6 +204,8 @@ def with_facts(req: Request, facts: dict[str, Any] | None, *, instance_type_give
         changes["pip_index_url"] = deps["indexUrl"]
     if deps.get("extraIndexUrls"):
         changes["pip_extra_index_urls"] = tuple(deps["extraIndexUrls"])
+    if req.service_account is None and facts.get("serviceAccount"):  # the team's AWS identity rides on it (docs/teams-aws-access.md)
+        changes["service_account"] = facts["serviceAccount"]
     if req.priority is None and facts.get("defaultPriority"):
         changes["priority"] = facts["defaultPriority"]
     if not instance_type_given and facts.get("defaultInstanceType"):
@@ -344,6 +347,8 @@ def build(req: Request, bundle: CodeBundle) -> tuple[dict, dict]:
         deps=dependencies(req, bundle), env=checkpoint_env(name, req.resume_from),
     )
     items = bundle.items
+    if req.service_account:  # the trainer pods only: the initializers run on the system nodes, as the namespace's default
+        trainer_api.read_pod_customization(trainjob["spec"])["serviceAccountName"] = req.service_account
     if items:
         pod = trainer_api.read_pod_customization(trainjob["spec"])
         for volume in pod.get("volumes", []):

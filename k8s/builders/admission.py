@@ -24,7 +24,10 @@ refused by the CRD schema anyway):
   one job could keep other teams' pods off a whole zone;
 * tolerations only of the GPU (and EFA) taints;
 * no privileged, privilege-escalating or capability-adding containers, no root user, no sysctls,
-  and no service account but the namespace's default;
+  and no service account but the namespace's ``default`` or the team's own (``k8s/builders/tenants.py``
+  TEAM_SERVICE_ACCOUNT, the one its AWS identity is associated with); the TrainJob's pod patch has no
+  ``automountServiceAccountToken`` (kubeflow/trainer v2.3.0 ``PodSpecPatch``, v2.1.0
+  ``PodTemplateSpecOverride``), so the runtimes' setting stands;
 * volume mounts: no ``subPathExpr`` and no ``subPath`` that is absolute or climbs (``..``);
 * env: no ``NVIDIA_*`` variable in any container or init container (nor in ``spec.trainer.env``):
   the device plugin hands a container its GPUs as ``NVIDIA_VISIBLE_DEVICES`` (its default device
@@ -68,7 +71,7 @@ from collections.abc import Sequence
 
 from k8s.builders.gpu_objects import EFA_LABEL, POOL_LABEL
 from k8s.builders.runtimes import INITIALIZED_KEY_ENV
-from k8s.builders.tenants import CODE_PREFIX, QUEUE_LABEL, TEAM_LABEL, team_group
+from k8s.builders.tenants import CODE_PREFIX, QUEUE_LABEL, TEAM_LABEL, TEAM_SERVICE_ACCOUNT, team_group
 from k8s.builders.trainer_api import DATASET_INITIALIZER, MODEL_INITIALIZER
 
 POLICY_NAME = "training-platform-team-trainjobs"
@@ -100,6 +103,8 @@ KUEUE_PATCH_MANAGER_PREFIX = KUEUE_PREFIX
 # capabilities, MIG config, require/disable-require) is the toolkit's; CUDA_VISIBLE_DEVICES only
 # narrows what a process sees of its own devices and stays allowed.
 NVIDIA_ENV_PREFIX = "NVIDIA_"
+# The service accounts a team's job may run as (any other of the namespace, present or future, is refused)
+TEAM_SERVICE_ACCOUNTS = (TEAM_SERVICE_ACCOUNT, "default")
 # The replicated jobs of the runtimes that run on the system nodes (k8s/builders/runtimes.py)
 SYSTEM_NODE_JOBS = (DATASET_INITIALIZER, MODEL_INITIALIZER)
 # What the platform's own builder sets in spec.initializer.*.env (workloads/builders/trainjobs.py initializer)
@@ -140,8 +145,8 @@ def _pod_checks(gpu_pools: Sequence[str], instance_types: Sequence[str]) -> list
          "containers[].securityContext: a team's job may not run privileged, escalate privileges, add capabilities or run as root"),
         ("ps.?securityContext.?runAsUser.orValue(1) != 0 && ps.?securityContext.?sysctls.orValue([]).size() == 0",
          "securityContext: a team's job may not run as root or set sysctls"),
-        ("ps.?serviceAccountName.orValue('default') == 'default'",
-         "serviceAccountName: a team's job runs as the namespace's default service account"),
+        (f"ps.?serviceAccountName.orValue('default') in {_cel_list(TEAM_SERVICE_ACCOUNTS)}",
+         f"serviceAccountName: a team's job runs as its namespace's {' or '.join(TEAM_SERVICE_ACCOUNTS)} service account"),
         (_containers_all(mounts),
          "containers[].volumeMounts[].subPath: a team's job may not use subPathExpr or a subPath that is absolute or climbs with '..' (a claim holds only the team's own directory)"),
         (_containers_all(no_nvidia),

@@ -19,6 +19,7 @@ from typing import Any
 from config import catalog
 from config.settings import Settings
 from k8s.builders import kueue as kq
+from k8s.builders.tenants import TEAM_SERVICE_ACCOUNT
 
 CONFIGMAP = "platform-facts"
 KEY = "facts.json"
@@ -40,6 +41,8 @@ def facts(settings: Settings, image: str | None, team: str | None = None) -> dic
         "image": image,
         "priorities": list(kq.PRIORITIES) if settings.kueue_enabled else [],
         "defaultPriority": settings.tenants.teams()[team].default_priority if team in settings.tenants.teams() else "normal",
+        # what a team's jobs run as (k8s/builders/tenants.py): trainctl and the portal set it on the trainer pods
+        "serviceAccount": TEAM_SERVICE_ACCOUNT if team in settings.tenants.teams() else None,
     }
 
 

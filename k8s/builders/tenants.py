@@ -46,6 +46,11 @@ the platform's own kinds in the platform's namespace)."""
 CODE_PREFIX = "training-code"
 """Name prefix of the code ConfigMaps a TrainJob mounts (``<prefix>-<hash>``): the only
 ConfigMaps a team's admission policy lets a member create."""
+TEAM_SERVICE_ACCOUNT = "team-jobs"
+"""The service account a team's jobs run as, in every team namespace (trainctl and the portal set it
+on the trainer pods; the admission policy allows it or ``default``). It has no Kubernetes
+permissions; with ``tenants.<team>.s3`` set, EKS Pod Identity associates the team's IAM role with it
+(``infra/team_identity.py``, docs/teams-aws-access.md)."""
 CHECKPOINT_CLAIM = "checkpoints"
 """The RWX PersistentVolumeClaim a TrainJob mounts for checkpoints, in the training namespace and
 in every team namespace (each team's claim is bound to the team's own directory)."""
@@ -172,14 +177,28 @@ def network_policy(ns: str, team: str) -> dict:
 # role's credentials, 169.254.170.23 the Pod Identity agent) and carrier-grade NAT (custom pod networking).
 NON_PUBLIC_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "100.64.0.0/10")
 DNS = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}, "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}
+# The EKS Pod Identity agent: a hostNetwork DaemonSet serving credentials on a link-local address of
+# every node, port 80 (aws/eks-pod-identity-agent v0.1.37 configuration/config.go DefaultIpv4TargetHost
+# and DefaultIpv6TargetHost; cmd/server.go --port default 80, the chart's daemonset.yaml passes 80;
+# EKS User Guide, "EKS Pod Identity considerations"). Its other port (2703) is its probe, localhost only.
+POD_IDENTITY_AGENT_CIDRS = ("169.254.170.23/32", "fd00:ec2::23/128")
+POD_IDENTITY_AGENT_PORT = 80
 
 
-def egress_policy(ns: str, labels: dict[str, str], *, trainer_status: bool = False) -> dict:
+def service_account(ns: str, team: str) -> dict:
+    """The team's jobs' service account (:data:`TEAM_SERVICE_ACCOUNT`): no API token mounted by
+    default and no Role bound, so it means nothing to the Kubernetes API; its one use is the team's
+    AWS identity (the Pod Identity association names it)."""
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(TEAM_SERVICE_ACCOUNT, ns, team), "automountServiceAccountToken": False}
+
+
+def egress_policy(ns: str, labels: dict[str, str], *, trainer_status: bool = False, pod_identity: bool = False) -> dict:
     """What the namespace's pods may reach: each other (rendezvous, NCCL/Gloo), cluster DNS, the
     public internet (dataset and model downloads, pip) and, with ``trainer_status`` (the stack turns
     the Trainer's TrainJob progress on), its status server (the manager pods' port, nothing else of that namespace); not
-    other namespaces, the nodes or the instance metadata service. Enforced by the VPC CNI's
-    network-policy agent (on with teams)."""
+    other namespaces, the nodes or the instance metadata service. With ``pod_identity`` (the team has
+    an AWS identity) also the Pod Identity agent's address and port, and nothing else link-local.
+    Enforced by the VPC CNI's network-policy agent (on with teams)."""
     rules: list[dict[str, Any]] = [
         {"to": [{"podSelector": {}}]},
         {"to": [DNS], "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
@@ -188,6 +207,8 @@ def egress_policy(ns: str, labels: dict[str, str], *, trainer_status: bool = Fal
     if trainer_status:
         trainer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": TRAINER_NAMESPACE}}, "podSelector": {"matchLabels": dict(trainer_api.MANAGER_POD_LABELS)}}
         rules.append({"to": [trainer], "ports": [{"protocol": "TCP", "port": trainer_api.STATUS_SERVER_PORT}]})
+    if pod_identity:
+        rules.append({"to": [{"ipBlock": {"cidr": cidr}} for cidr in POD_IDENTITY_AGENT_CIDRS], "ports": [{"protocol": "TCP", "port": POD_IDENTITY_AGENT_PORT}]})
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
