@@ -5,7 +5,7 @@ Reads like a table of contents: config -> settings -> AWS components -> Kubernet
 
 import pulumi
 
-from config.deploy_rules import deploy_problems
+from config.deploy_rules import OFFLINE_NOTICE, deploy_problems
 from config.schema import ConfigError, ConfigErrors
 from config.settings import job_grace_periods, load_settings
 from infra.alarms import Alarms
@@ -38,7 +38,7 @@ except ConfigError as err:  # nothing has been registered yet
     raise pulumi.RunError(str(err)) from None
 
 if for_deploy:  # kept offline (the render, the local control plane): said once, every key named
-    pulumi.log.warn("rendered offline, but pulumi up and preview refuse " + "; ".join(f"{p.key} ({p.allowed.split(';')[0]})" for p in for_deploy))
+    pulumi.log.warn(OFFLINE_NOTICE + "; ".join(f"{p.key} ({p.allowed.split(';')[0]})" for p in for_deploy))
 
 for gap in settings.fact_gaps():  # facts the table lacks for this Region: said once, not refused
     pulumi.log.warn(gap)

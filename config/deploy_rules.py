@@ -28,6 +28,10 @@ if TYPE_CHECKING:
     from config.settings import Settings
 
 
+OFFLINE_NOTICE = "rendered offline, but pulumi up and preview refuse "
+"""How the offline render's one warning about these problems begins (__main__.py)."""
+
+
 def deploy_problems(s: Settings) -> list[ConfigError]:
     found: list[ConfigError] = []
     if s.trainer.progress_in_status:
