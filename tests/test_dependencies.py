@@ -15,7 +15,7 @@ import sys
 import threading
 import zipfile
 
-import launch  # the programs directory is on sys.path (tests/conftest.py)
+import launch  # pyright: ignore[reportMissingImports]  (the programs directory is on sys.path: tests/conftest.py)
 import pytest
 import yaml
 
