@@ -274,3 +274,18 @@ def test_trainctl_runs_a_team_job_as_the_published_service_account_in_both_train
 
 def test_kueue_keeps_a_patchs_service_account():
     assert not [f for f in trainer_api.KUEUE_DROPPED_FIELDS if f.endswith(".serviceAccountName")]
+
+
+def test_the_shipped_teams_stack_gives_vision_its_identity_and_nlp_none():
+    from tests.conftest import run_stack
+
+    run = run_stack("teams")
+    assocs = {(r.inputs["namespace"], r.inputs["serviceAccount"]) for r in run.by_type(ASSOCIATION) if r.inputs.get("serviceAccount") == tn.TEAM_SERVICE_ACCOUNT}
+    assert assocs == {("vision", tn.TEAM_SERVICE_ACCOUNT)}
+    (role,) = [r for r in run.by_type(ROLE) if r.inputs.get("name") == team_role_name(run_cluster_name(run), "vision")]
+    assert json.loads(role.inputs["assumeRolePolicy"])["Statement"][0]["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+
+
+def run_cluster_name(run) -> str:
+    (cluster,) = [r for r in run.registrations if r.type == "eks:index:Cluster"]
+    return cluster.inputs["name"]
