@@ -34,7 +34,7 @@ def hf_uri(repo: str) -> str:
     """``hf://<repo id>`` for an id or an ``hf://`` URI (the initializers' STORAGE_URI form)."""
     return repo if repo.startswith(HF_SCHEME) else HF_SCHEME + repo
 
-# flags workloads/trainjob.program_args sets: the job's field that sets each, or how the platform sets it
+# flags workloads/builders/trainjobs.py program_args sets: the job's field that sets each, or how the platform sets it
 PLATFORM_FLAGS: dict[str, str] = {
     "--epochs": "epochs",
     "--model": "model",
@@ -91,7 +91,6 @@ class JobBase(Section):
     stall_timeout_seconds: Int = opt(
         1800, "hang guard: a node whose program completes no step for this long stops (exit 124, saying so) and the job restarts (a hung collective holds every GPU of the job); 0 = off", ge=0, le=86400
     )
-
     env: dict[str, str] = opt(
         {}, "environment variables of the training container (NAME: value), such as NCCL_DEBUG: INFO; not the platform's own (PET_*, TRAINING_*, MASTER_*, NVIDIA_*, ...) and no credentials: those go in secretEnv (docs/env-and-secrets.md)"
     )
