@@ -2,7 +2,7 @@
 
 Each settings class is a frozen :class:`Section` (a pydantic model, unknown keys forbidden)
 whose fields are declared with :func:`opt`. The field's Python type decides how the raw stack
-value is parsed; ``opt`` adds the description (README table, JSON Schema), allowed choices and a
+value is parsed; ``opt`` adds the description (docs/reference.md's table, JSON Schema), allowed choices and a
 value check. Keys are camelCase in stack config (aliases) and snake_case in Python (both accepted
 when constructing a model in code). Rules that relate several fields of one model live in the
 model's :meth:`Section.problems`; rules across sections are the settings module's business.

@@ -1,4 +1,4 @@
-"""The stack config's reference, read from the models: one row per key (the README's table)."""
+"""The stack config's reference, read from the models: one row per key (docs/reference.md's table)."""
 
 from __future__ import annotations
 

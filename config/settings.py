@@ -6,7 +6,7 @@ or raises one :class:`~config.schema.ConfigErrors` that lists every problem (one
 before anything is registered. Components receive these objects; none of them reads config.
 
 The settings classes are frozen pydantic models (:class:`~config.schema.Section`): the
-same classes give the README's config reference (``tools/config_docs.py``) and the editors'
+same classes give the config reference in docs/reference.md (``tools/config_docs.py``) and the editors'
 JSON Schema of a stack file (``tools/config_json_schema.py``).
 """
 

@@ -93,7 +93,7 @@ def check(stack: str, runner_variable: str, *, describe: Callable[[str, str], st
     why = connect(endpoint)
     if why is None:
         return 0, f"{stack}: {endpoint} is reachable from this runner"
-    return 1, f"::error::{stack}: this runner cannot reach the EKS API endpoint {endpoint} ({why}); {advice(settings, runner_variable)} (README: CI previews of a private cluster)"
+    return 1, f"::error::{stack}: this runner cannot reach the EKS API endpoint {endpoint} ({why}); {advice(settings, runner_variable)} (docs/deploying.md: CI previews of a private cluster)"
 
 
 def main(argv: list[str] | None = None) -> int:
