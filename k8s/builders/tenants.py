@@ -7,9 +7,12 @@ What a team gets, and why it is shaped so:
 * **Isolation by namespace**: the Namespace carries :data:`TEAM_LABEL`; the NetworkPolicy admits
   ingress to the team's pods only from pods of the same namespace (every port: torchrun's
   rendezvous on ``PET_MASTER_PORT`` 29500 through the JobSet's headless Service, and NCCL/Gloo's
-  own ephemeral ports between ranks), so other teams' pods cannot reach them. Egress is left open
-  (image pulls, dataset downloads, DNS). Enforced by the VPC CNI network-policy agent, which the
-  cluster turns on when teams exist (``infra/cluster.py``).
+  own ephemeral ports between ranks), so other teams' pods cannot reach them. Egress
+  (:func:`egress_policy`) reaches the namespace's own pods, cluster DNS and the public internet
+  (dataset and model downloads, pip), not other namespaces, the nodes or the instance metadata
+  service; a team with an AWS identity (``tenants.<team>.s3``) also reaches the Pod Identity agent.
+  Enforced by the VPC CNI network-policy agent, which the cluster turns on when teams exist
+  (``infra/cluster.py``).
 * **Least privilege**: the Role lets the team create and delete TrainJobs and ConfigMaps (their
   code), read pods, pod logs, events, JobSets, Jobs and Kueue's Workloads and queue, and exec into
   its pods, in its namespace, and nothing else: Secrets write-only (for its jobs' secretEnv, never read back), no
