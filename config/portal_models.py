@@ -22,8 +22,9 @@ REQUIRED = ("host", "certificateArn", "issuer", "authorizationEndpoint", "tokenE
 class PortalTeamSettings(Section):
     """Who belongs to one team when they sign in to the portal."""
 
-    groups: list[str] = opt([], "IdP groups (the login's groups claim) whose members act as this team", check=_pattern(GROUP_RE, "a group name of printable characters, not starting with system:"))
-    emails: list[str] = opt([], "e-mail addresses (the login's email claim) that act as this team", check=_pattern(EMAIL_RE, "an e-mail address such as ana@example.com"))
+    groups: list[str] = opt([], "IdP groups (the login's groups claim, which the ALB takes only from the IdP's userinfo endpoint: some IdPs, Entra ID and Cognito among them, send none there) whose members act as this team; groups decide before emails",
+                            check=_pattern(GROUP_RE, "a group name of printable characters, not starting with system:"))
+    emails: list[str] = opt([], "e-mail addresses (the login's email claim, used only when email_verified is true) that act as this team", check=_pattern(EMAIL_RE, "an e-mail address such as ana@example.com"))
 
     def problems(self, path: str) -> Iterator[ConfigError]:
         if not self.groups and not self.emails:
@@ -42,11 +43,13 @@ class PortalSettings(Section):
     issuer: str | None = opt(None, "OIDC issuer of the identity provider", check=_pattern(HTTPS_URL_RE, "an https:// URL"))
     authorization_endpoint: str | None = opt(None, "OIDC authorization endpoint", check=_pattern(HTTPS_URL_RE, "an https:// URL"))
     token_endpoint: str | None = opt(None, "OIDC token endpoint", check=_pattern(HTTPS_URL_RE, "an https:// URL"))
-    user_info_endpoint: str | None = opt(None, "OIDC user info endpoint (the ALB puts its claims, groups and email among them, in x-amzn-oidc-data)", check=_pattern(HTTPS_URL_RE, "an https:// URL"))
+    user_info_endpoint: str | None = opt(None, "OIDC user info endpoint: the ALB puts only this endpoint's claims (groups, email, email_verified) in x-amzn-oidc-data, not the ID token's", check=_pattern(HTTPS_URL_RE, "an https:// URL"))
     client_id: str | None = opt(None, "OIDC client id of the portal's app at the identity provider")
     client_secret: str | None = opt(None, "OIDC client secret: set it as a Pulumi secret (pulumi config set --secret --path 'training-platform:portal.clientSecret')")
     scope: str = opt("openid email", "OIDC scopes the ALB asks for (add the one your IdP needs for a groups claim)", check=_pattern(re.compile(r"^openid( [A-Za-z0-9_:.-]+)*$", re.ASCII), "space-separated scopes starting with openid"))
     inbound_cidrs: list[str] = opt(["0.0.0.0/0"], "who may reach the ALB (its security group)", check=_cidr_list)
+    api_bearer_tokens: Bool = opt(False, "pass a Kubernetes bearer token sent to /api/* on to the API server (a team's backend without a browser login); "
+                                  "this opens the private API server to anyone on inboundCidrs who holds a token, a service account's included: leave it off unless teams need it")
     teams: dict[str, PortalTeamSettings] = opt({}, "team (one of tenants) -> who signs in as it: groups (IdP groups, the login's groups claim) and/or emails (the login's email claim)")
 
     def problems(self, path: str) -> Iterator[ConfigError]:
@@ -68,10 +71,15 @@ def _attr(key: str) -> str:
     return re.sub(r"[A-Z]", lambda m: "_" + m.group(0).lower(), key)
 
 
-def portal_rules(tenants: list[str], portal: PortalSettings) -> Iterator[ConfigError]:
-    """Across sections: the portal's teams are the stack's tenants."""
+def portal_rules(tenants: list[str], portal: PortalSettings, *, region: str = "", partition: str = "aws") -> Iterator[ConfigError]:
+    """Across sections: the portal's teams are the stack's tenants; a Region of the ``aws`` partition."""
     if not portal.enabled:
         return
+    if partition != "aws":
+        # trainctl/portal/identity.py KEY_URL is the ALB key endpoint of the aws partition (ELB User
+        # Guide, "Authenticate users using an Application Load Balancer"); GovCloud and China publish
+        # their keys elsewhere, which the portal does not know
+        yield ConfigError("portal.enabled", True, f"the portal verifies the ALB's signature with the key endpoint of the aws partition, and {region} is in {partition}; allowed: false in this Region")
     if not tenants:
         yield ConfigError("portal.enabled", True, "the portal serves teams and this stack has none; configure tenants")
     for team in portal.teams:

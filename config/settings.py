@@ -397,7 +397,7 @@ _RULES: list[tuple[tuple[str, ...], str | None, Callable[[Settings], Iterator[Co
     (("gpuPool", "efa", "trainer", "trainjobs"), None, _job_rules),
     (("gpuPool", "efa", "trainjobs", "smokeChecks"), "region", lambda s: _offer_rules(s)),
     (("cluster", "gpuPool", "trainer", "trainjobs", "tenants", "kueue"), None, _tenant_rules),
-    (("tenants", "portal"), None, lambda s: portal_rules(list(s.tenants.teams()), s.portal)),
+    (("tenants", "portal"), None, lambda s: portal_rules(list(s.tenants.teams()), s.portal, region=s.region, partition=aws_facts.partition(s.region) if aws_facts.is_region(s.region) else "aws")),
     (("trainer", "trainjobs", "gpuPool", "smokeChecks"), None, lambda s: _lifecycle_rules(s)),
     (("trainjobs", "kueue"), None, lambda s: _start_time_rule(s)),
     # keys that would do nothing, guards that would guard nothing, values that break jobs at run time

@@ -67,8 +67,17 @@ def alb_controller_policy() -> str:
 
 def alb_controller_values(cluster_name: Any, region: str, vpc_id: Any) -> dict[str, Any]:
     """The chart's values (helm/aws-load-balancer-controller/values.yaml at v3.5.0: clusterName, region,
-    vpcId, serviceAccount.name, nodeSelector; it creates the IngressClass ``alb``)."""
-    return {"clusterName": cluster_name, "region": region, "vpcId": vpc_id, "serviceAccount": {"create": True, "name": ALB_CONTROLLER_SERVICE_ACCOUNT}, "nodeSelector": {NODE_ROLE_LABEL: "system"}}
+    vpcId, serviceAccount.name, nodeSelector; it creates the IngressClass ``alb``).
+
+    ``enableServiceMutatorWebhook: false``: by default (true) the chart registers a webhook on every
+    Service CREATE of the cluster with ``serviceMutatorWebhookConfig.failurePolicy: Fail`` (chart
+    3.5.0 values.yaml, templates/webhook.yaml), so while the controller is down no Service could be
+    made, the JobSets' per-job headless Services among them. It only makes this controller the
+    default for Services of type LoadBalancer, and the stack creates none."""
+    return {
+        "clusterName": cluster_name, "region": region, "vpcId": vpc_id, "serviceAccount": {"create": True, "name": ALB_CONTROLLER_SERVICE_ACCOUNT},
+        "nodeSelector": {NODE_ROLE_LABEL: "system"}, "enableServiceMutatorWebhook": False,
+    }
 
 
 class Portal(pulumi.ComponentResource):
@@ -117,16 +126,21 @@ class Portal(pulumi.ComponentResource):
             ))
 
         vpc_cidr = s.network.cidr if not s.network.vpc_id else aws.ec2.get_vpc_output(id=s.network.vpc_id, opts=pulumi.InvokeOptions(parent=self)).cidr_block
-        ns = apply_manifest(mp.namespace(), k8s_opts)
-        in_ns = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[ns])
+        # after what serves the Ingresses: with the readiness gate label, the controller's pod webhook
+        # (failurePolicy Fail in chart 3.5.0 templates/webhook.yaml) must be up before the portal's pod is made
+        self_managed = s.gpu_pool.mode != "auto"
+        ns = apply_manifest(mp.namespace_with_readiness_gate() if self_managed else mp.namespace(), pulumi.ResourceOptions(parent=self, provider=provider, depends_on=serves))
+        in_ns = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[ns, *serves])
         objs = [
             mp.service_account(), mp.impersonator_role(teams), mp.impersonator_binding(), mp.config_map(document),
             mp.service(), mp.network_policy([vpc_cidr]),
         ]
+        if self_managed:  # the controller reads the OIDC Secret (Auto Mode's is AWS's own, outside the cluster)
+            objs += [mp.oidc_secret_reader_role(), mp.oidc_secret_reader_binding(ALB_CONTROLLER_NAMESPACE, ALB_CONTROLLER_SERVICE_ACCOUNT)]
         made = [apply_manifest(m, in_ns) for m in objs]
         # the client secret: a Pulumi secret in the state (the Secret's stringData marked so)
         made.append(apply_manifest(mp.oidc_secret(portal.client_id, portal.client_secret), pulumi.ResourceOptions.merge(in_ns, pulumi.ResourceOptions(additional_secret_outputs=["stringData", "data"]))))
-        deployment = apply_manifest(mp.deployment(self.image_ref, config_hash), pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[ns, *made]))
+        deployment = apply_manifest(mp.deployment(self.image_ref, config_hash), pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[ns, *made, *serves]))
         for m in mp.ingresses(portal, lb_name=lb_name):
             apply_manifest(m, pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[ns, deployment, *made, *serves]))
         self.url = f"https://{portal.host}/"

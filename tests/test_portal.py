@@ -46,9 +46,9 @@ KEY, PUB = keypair()
 OTHER_KEY, _ = keypair()
 
 
-def alb_token(sub="alice", *, groups=("vision-devs",), email=None, key=KEY, signer=ARN, kid="6f0e2b1c-0000-4000-8000-000000000001", exp_in=60, alg="ES256") -> str:
+def alb_token(sub="alice", *, groups=("vision-devs",), email=None, email_verified: bool | str = True, key=KEY, signer=ARN, kid="6f0e2b1c-0000-4000-8000-000000000001", exp_in=60, alg="ES256") -> str:
     exp = int(time.time()) + exp_in
-    claims = {"sub": sub, "groups": list(groups), "exp": exp, **({"email": email} if email else {})}
+    claims = {"sub": sub, "groups": list(groups), "exp": exp, **({"email": email, "email_verified": email_verified} if email else {})}
     return jwt.encode(claims, key, algorithm=alg, headers={"kid": kid, "signer": signer, "exp": exp})
 
 

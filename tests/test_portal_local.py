@@ -134,5 +134,5 @@ def test_a_running_job_is_cancelled_and_a_failing_one_diagnosed(ui, home):
     assert failed["status"] == "Failed" and "exited with code 3" in (failed["last_failure"] or "")
     findings = ui.get("/api/trainjob/exits-three/diagnosis").json()["findings"]
     assert findings and any("bad config" in line for f in findings for line in f["evidence"]), findings
-    assert ui.delete("/api/trainjob/exits-three").json()["status"] == "deleted"
+    assert ui.delete("/api/trainjob/exits-three", headers={"content-type": "application/json"}).json()["status"] == "deleted"  # a change: JSON or the CSRF header
     assert ui.get("/api/trainjobs").json()["items"] == []

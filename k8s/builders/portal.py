@@ -31,6 +31,7 @@ import json
 from typing import Any
 
 from config.labels import NODE_ROLE_LABEL
+from config.names import aws_name
 from config.namespaces import PORTAL_NAMESPACE
 from config.portal_models import PortalSettings
 from k8s.builders.tenants import TEAM_POD_SECURITY_LABELS, team_group
@@ -39,6 +40,7 @@ NAME = "portal"
 PORT = 8080
 CONFIG_KEY = "portal.json"
 OIDC_SECRET = "portal-oidc"
+OIDC_SECRET_READER = "alb-controller-reads-portal-oidc"
 IMPERSONATOR = "training-platform:portal-impersonator"
 SUBJECT_EXTRA = "portal-subject"  # trainctl/portal/identity.py SUBJECT_EXTRA
 LB_NAME_MAX = 32  # aws-load-balancer-controller v3.5.0 annotations.md: load-balancer-name "longer than 32 characters will be treated as an error"
@@ -56,7 +58,11 @@ def portal_user(team: str) -> str:
 
 
 def load_balancer_name(cluster_name: str) -> str:
-    return f"{cluster_name[: LB_NAME_MAX - 7].rstrip('-')}-portal"
+    """``<cluster>-portal`` when it is a valid ALB name, else shortened with a hash of the whole
+    name (config/names.py): an ALB name has at most 32 characters, alphanumerics and hyphens only
+    (Elastic Load Balancing API Reference, CreateLoadBalancer ``Name``), so a cluster name with
+    ``_`` or two long cluster names sharing a prefix still give two valid, distinct names."""
+    return aws_name(cluster_name, NAME, limit=LB_NAME_MAX, allowed=r"[A-Za-z0-9-]")
 
 
 def signer_prefix(partition: str, region: str, account: str, lb_name: str) -> str:
@@ -77,6 +83,48 @@ def namespace() -> dict:
     meta = _meta(PORTAL_NAMESPACE, namespaced=False)
     meta["labels"].update(TEAM_POD_SECURITY_LABELS)
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
+
+
+# The namespace label that makes the controller's pod webhook add its readiness gate to the pods
+# here: a new pod is Ready only once its ALB target is healthy, so a rollout never leaves the ALB
+# without a healthy target (kubernetes-sigs/aws-load-balancer-controller v3.5.0
+# docs/deploy/pod_readiness_gate.md; eks-charts chart 3.5.0 templates/webhook.yaml, the pod
+# webhook's namespaceSelector ``elbv2.k8s.aws/pod-readiness-gate-inject In [enabled]``; IP targets only).
+READINESS_GATE_LABEL = {"elbv2.k8s.aws/pod-readiness-gate-inject": "enabled"}
+# A stopping pod keeps serving while the ALB deregisters it (it learns of the pod's end through the
+# EndpointSlice, after the pod is already terminating): sleep before SIGTERM. The ``sleep`` action
+# needs no binary in the image (Kubernetes "Container Lifecycle Hooks": Sleep, on by default since
+# 1.30; every KUBERNETES_VERSIONS entry is newer).
+PRESTOP_SLEEP_S = 15
+TERMINATION_GRACE_S = 45
+
+
+def namespace_with_readiness_gate() -> dict:
+    """The namespace where the self-managed controller serves it (Auto Mode runs no pod webhook)."""
+    ns = namespace()
+    ns["metadata"]["labels"].update(READINESS_GATE_LABEL)
+    return ns
+
+
+def oidc_secret_reader_role() -> dict:
+    """The controller reads the OIDC client Secret of an Ingress itself, uncached, when it builds the
+    ALB's authenticate action (aws-load-balancer-controller v3.5.0 pkg/ingress/model_build_actions.go
+    ``secretsManager.GetSecret``; pkg/config/runtime_config.go ``DisableFor: Secret``; pkg/k8s/
+    secrets_manager.go watches each Secret it uses). Its chart grants Secrets only with
+    ``clusterSecretsPermissions.allowAllSecrets`` (default false, templates/rbac.yaml, chart 3.5.0
+    values.yaml recommends a namespaced Role instead): this Role, on that one Secret only."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _meta(OIDC_SECRET_READER),
+        "rules": [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [OIDC_SECRET], "verbs": ["get", "list", "watch"]}],
+    }
+
+
+def oidc_secret_reader_binding(controller_namespace: str, controller_service_account: str) -> dict:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": _meta(OIDC_SECRET_READER),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": OIDC_SECRET_READER},
+        "subjects": [{"kind": "ServiceAccount", "name": controller_service_account, "namespace": controller_namespace}],
+    }
 
 
 def service_account() -> dict:
@@ -105,7 +153,7 @@ def impersonator_binding() -> dict:
 def settings_document(portal: PortalSettings, *, region: str, signer: str, namespaces: dict[str, str], quotas: dict[str, int | None]) -> dict[str, Any]:
     """What the portal reads at start (trainctl/portal/__main__.py settings_of)."""
     return {
-        "region": region, "signer": signer,
+        "region": region, "signer": signer, "apiBearerTokens": portal.api_bearer_tokens,
         "teams": {t: {"namespace": namespaces[t], "groups": list(login.groups), "emails": [e.lower() for e in login.emails], "gpuQuota": quotas.get(t)} for t, login in portal.teams.items()},
     }
 
@@ -127,7 +175,7 @@ RESTRICTED_CONTAINER = {
 def deployment(image: Any, config_hash: Any) -> dict:
     """``config_hash``: of the settings document (a string or a Pulumi output), so a change rolls the pod."""
     pod = {
-        "serviceAccountName": NAME, "automountServiceAccountToken": True, "enableServiceLinks": False,
+        "serviceAccountName": NAME, "automountServiceAccountToken": True, "enableServiceLinks": False, "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
         "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001, "seccompProfile": {"type": "RuntimeDefault"}},
         "nodeSelector": {NODE_ROLE_LABEL: "system"},
         "containers": [{
@@ -138,6 +186,7 @@ def deployment(image: Any, config_hash: Any) -> dict:
             "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}},
             "readinessProbe": {"httpGet": {"path": "/healthz", "port": PORT}, "periodSeconds": 10},
             "livenessProbe": {"httpGet": {"path": "/healthz", "port": PORT}, "periodSeconds": 20},
+            "lifecycle": {"preStop": {"sleep": {"seconds": PRESTOP_SLEEP_S}}},
             "volumeMounts": [{"name": "config", "mountPath": "/etc/portal", "readOnly": True}, {"name": "tmp", "mountPath": "/tmp"}],
         }],
         "volumes": [{"name": "config", "configMap": {"name": NAME}}, {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}],

@@ -5,6 +5,7 @@ impersonation, and the API server judging. A team's backend with its own bearer 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
@@ -20,6 +21,7 @@ from tests.e2e.portal_helpers import INSTANCE, STACK, admin_api, alb_header, alb
 from trainctl.portal.app import create_app
 
 TRAINJOBS = ("trainer.kubeflow.org", "v1alpha1", "trainjobs")
+JSON = {"content-type": "application/json"}  # a change from a signed-in session: JSON or the CSRF header (api.py _mutation_allowed)
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +106,7 @@ def test_create_runs_to_complete_with_logs_and_delete_removes_it(portal):
     assert c.get("/api/trainjob/portal-e2e/events", params={"namespace": "vision"}, headers=alice).json()["items"]
     assert c.get("/api/trainjob/portal-e2e/diagnosis", params={"namespace": "vision"}, headers=alice).status_code == 200
     assert c.get("/api/trainjob/portal-e2e/logs", params={"namespace": "vision", "worker": 2}, headers=alice).status_code == 422
-    r = c.delete("/api/trainjob/portal-e2e", params={"namespace": "vision"}, headers=alice)
+    r = c.delete("/api/trainjob/portal-e2e", params={"namespace": "vision"}, headers={**alice, **JSON})
     assert r.status_code == 200 and r.json()["status"] == "deleted"
     assert "portal-e2e" not in _jobs(up, "vision")
 
@@ -115,7 +117,7 @@ def test_another_team_is_refused_by_the_api_server(portal):
     assert _create(c, alice, name="vision-private").status_code == 200
     for method, path in (("GET", "/api/trainjob/vision-private/status"), ("GET", "/api/trainjob/vision-private/logs"), ("GET", "/api/trainjob/vision-private/logs/stream"),
                          ("GET", "/api/trainjob/vision-private/events"), ("DELETE", "/api/trainjob/vision-private"), ("GET", "/api/trainjobs"), ("GET", "/api/trainjob/vision-private/queue")):
-        r = c.request(method, path, params={"namespace": "vision"}, headers=bob)
+        r = c.request(method, path, params={"namespace": "vision"}, headers={**bob, **JSON})
         assert r.status_code == 403, (method, path, r.text)
         assert 'User \\"portal:nlp\\"' in r.text or "portal:nlp" in r.text  # the API server's answer, as the impersonated user
     team = c.get("/api/team", params={"namespace": "vision"}, headers=bob).json()
@@ -123,7 +125,7 @@ def test_another_team_is_refused_by_the_api_server(portal):
     r = _create(c, bob, ns="vision", name="intruder")
     assert r.status_code == 422 and r.json()["problems"][0]["field"] == "namespace"
     assert "vision-private" in _jobs(up, "vision") and "intruder" not in _jobs(up, "vision")
-    c.delete("/api/trainjob/vision-private", params={"namespace": "vision"}, headers=alice)
+    c.delete("/api/trainjob/vision-private", params={"namespace": "vision"}, headers={**alice, **JSON})
 
 
 def test_a_job_over_the_quota_is_queued_with_its_position(portal):
@@ -140,7 +142,7 @@ def test_a_job_over_the_quota_is_queued_with_its_position(portal):
     assert s["queue"]["position"] == 0 and "too-big" not in s["queue"]["ahead"]
     team = c.get("/api/team", params={"namespace": "nlp"}, headers=bob).json()
     assert team["gpu_quota"] == 8 and any(i["job"] == "too-big" for i in team["queue"]["items"])
-    c.delete("/api/trainjob/too-big", params={"namespace": "nlp"}, headers=bob)
+    c.delete("/api/trainjob/too-big", params={"namespace": "nlp"}, headers={**bob, **JSON})
 
 
 BAD = {
@@ -222,6 +224,10 @@ def test_a_teams_backend_with_its_own_bearer_token_is_judged_by_the_api_server(p
             raise
     token = core.create_namespaced_service_account_token("team-backend", "vision", {"spec": {"expirationSeconds": 600}}).status.token
     bearer = {"Authorization": f"Bearer {token}"}
+    # the stack's default (portal.apiBearerTokens false): refused before the API server sees it
+    r = c.get("/api/trainjobs", params={"namespace": "vision"}, headers=bearer)
+    assert r.status_code == 401 and "apiBearerTokens" in r.text
+    c = TestClient(create_app(portal_configuration(up), dataclasses.replace(rendered_settings(up), bearer_tokens=True), alb_keys=alb_keys), raise_server_exceptions=False)
     assert c.get("/api/trainjobs", params={"namespace": "vision"}, headers=bearer).status_code == 200
     r = c.get("/api/trainjobs", params={"namespace": "nlp"}, headers=bearer)
     assert r.status_code == 403 and "system:serviceaccount:vision:team-backend" in r.text
@@ -247,5 +253,5 @@ def test_queue_position_falls_back_to_kueues_order_when_the_visibility_api_is_no
     assert a["estimated"] and "estimated" in a["source"]
     assert (a["position"], b["position"]) == (0, 1) and b["ahead"] == ["queued-a"]
     for name in ("queued-a", "queued-b"):
-        c.delete(f"/api/trainjob/{name}", params={"namespace": "nlp"}, headers=bob)
+        c.delete(f"/api/trainjob/{name}", params={"namespace": "nlp"}, headers={**bob, **JSON})
     json.dumps(a)

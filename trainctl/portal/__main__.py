@@ -12,13 +12,19 @@ import sys
 from trainctl.portal.identity import TeamLogin
 
 DEFAULT_CONFIG = "/etc/portal/portal.json"
+# Longer than the ALB's idle timeout (60 s by default: ELB User Guide, "Application Load Balancers",
+# connection idle timeout; k8s/builders/portal.py sets no other): were the portal to close an idle
+# keep-alive connection first (uvicorn's default timeout_keep_alive is 5 s), the ALB could send a
+# request on it as it closes and answer 502 (ELB User Guide, "Troubleshoot your Application Load
+# Balancers", HTTP 502: "the target closed the connection ... before the idle timeout elapsed").
+KEEP_ALIVE_S = 65
 
 
 def settings_of(doc: dict):
     from trainctl.portal.app import Settings
 
     teams = {t: TeamLogin(namespace=v["namespace"], groups=frozenset(v.get("groups") or []), emails=frozenset(e.lower() for e in v.get("emails") or []), gpu_quota=v.get("gpuQuota")) for t, v in doc["teams"].items()}
-    return Settings(mode="alb", region=doc["region"], signer=doc["signer"], teams=teams)
+    return Settings(mode="alb", region=doc["region"], signer=doc["signer"], teams=teams, bearer_tokens=doc.get("apiBearerTokens") is True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = settings_of(json.load(f))
     base = client.Configuration()
     config.load_incluster_config(client_configuration=base)
-    uvicorn.run(create_app(base, settings), host="0.0.0.0", port=args.port, log_level="info", proxy_headers=False)  # noqa: S104  (the pod's port; the NetworkPolicy admits only the ALB)
+    uvicorn.run(create_app(base, settings), host="0.0.0.0", port=args.port, log_level="info", proxy_headers=False, timeout_keep_alive=KEEP_ALIVE_S)  # noqa: S104  (the pod's port; the NetworkPolicy admits only the ALB)
     return 0
 
 

@@ -168,6 +168,7 @@ def worker_log_stream(request: Request, name: str, namespace: str | None = None,
 @router.delete("/trainjob/{name}", summary="delete a TrainJob (and its code ConfigMap unless another job uses it)")
 def delete(request: Request, name: str, namespace: str | None = None) -> dict[str, Any]:
     caller = caller_of(request)
+    _mutation_allowed(request, caller, json_body=True)  # as create: a browser session sends application/json or the CSRF header
     result = request.app.state.portal.delete(caller, _namespace(caller, namespace), name)
     return {"status": "deleted", "trainjob_name": name, "namespace": _namespace(caller, namespace), "configmap_deleted": result["configmapDeleted"]}
 

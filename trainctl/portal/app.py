@@ -18,6 +18,7 @@ from kubernetes import client
 
 from trainctl.kube import ClusterError
 from trainctl.portal.backend import Backend
+from trainctl.portal.guard import CALLER_KEY, BodyTooLarge, Guard
 from trainctl.portal.identity import OIDC_HEADER, AlbIdentity, Caller, TeamLogin, Unauthorized, bearer
 from trainctl.portal.service import Portal, Problems
 
@@ -33,6 +34,7 @@ class Settings:
     teams: dict[str, TeamLogin] = field(default_factory=dict)
     local_caller: Caller | None = None
     allowed_hosts: tuple[str, ...] = ()  # local: the Host headers accepted (DNS rebinding)
+    bearer_tokens: bool = False  # alb: pass a Kubernetes bearer token on /api/* to the API server (portal.apiBearerTokens)
     heartbeat_s: float = 15.0
 
 
@@ -55,6 +57,9 @@ class Auth:
         self.csrf_key = secrets.token_bytes(32)
 
     def caller(self, request: Request) -> Caller:
+        known = request.scope.get(CALLER_KEY)  # checked by the guard before the body was read (guard.py)
+        if isinstance(known, Caller):
+            return known
         if self.settings.mode == "local":
             host = request.headers.get("host", "")
             if self.settings.allowed_hosts and host not in self.settings.allowed_hosts:
@@ -62,10 +67,14 @@ class Auth:
             assert self.settings.local_caller is not None
             return self.settings.local_caller
         token = bearer(request.headers.get("authorization"))
+        oidc = request.headers.get(OIDC_HEADER)
         if token is not None and request.url.path.startswith("/api/"):
-            return Caller(name="bearer token", namespace=None, token=token, via="bearer")
+            if self.settings.bearer_tokens:
+                return Caller(name="bearer token", namespace=None, token=token, via="bearer")
+            if not oidc:
+                raise Unauthorized("this portal takes no Kubernetes bearer tokens (portal.apiBearerTokens is off): sign in through the portal's address, or use kubectl or trainctl")
         assert self.alb is not None
-        return self.alb.caller(request.headers.get(OIDC_HEADER), team=request.query_params.get("team"))
+        return self.alb.caller(oidc, team=request.query_params.get("team"))
 
     def csrf_token(self, caller: Caller) -> str:
         return hmac.new(self.csrf_key, f"{caller.via}|{caller.name}|{caller.team}".encode(), hashlib.sha256).hexdigest()
@@ -93,6 +102,10 @@ def create_app(base: client.Configuration | None, settings: Settings, *, alb_key
     @app.exception_handler(Unauthorized)
     async def _unauthorized(request: Request, err: Unauthorized):  # noqa: ARG001
         return JSONResponse({"problems": [{"field": "identity", "problem": str(err)}]}, status_code=401)
+
+    @app.exception_handler(BodyTooLarge)
+    async def _too_large(request: Request, err: BodyTooLarge):  # noqa: ARG001  (a chunked body past the cap, guard.py)
+        return JSONResponse({"problems": [{"field": "request", "problem": str(err.detail)}]}, status_code=413)
 
     @app.exception_handler(Problems)
     async def _problems(request: Request, err: Problems):  # noqa: ARG001
@@ -127,4 +140,5 @@ def create_app(base: client.Configuration | None, settings: Settings, *, alb_key
     app.include_router(api.router)
     app.include_router(pages.router)
     app.mount("/static", StaticFiles(directory=pages.HERE / "static"), name="static")
+    app.add_middleware(Guard, auth=app.state.auth)  # identity and size before any body is read
     return app

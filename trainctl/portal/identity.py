@@ -12,8 +12,9 @@ Three ways, one per way the portal runs:
   extra (:data:`SUBJECT_EXTRA`), which the API server's audit log records. Its service account may
   impersonate exactly those users and groups (k8s/builders/portal.py), so the API server, with the
   team's RBAC, admission policy, Pod Security and Kueue, decides everything.
-* **A Kubernetes bearer token** on ``/api/*`` (a team's own backend): passed to the API server
-  unchanged, which authenticates it; the portal adds nothing.
+* **A Kubernetes bearer token** on ``/api/*`` (a team's own backend), only where the stack turns
+  it on (``portal.apiBearerTokens``, off by default: it makes the ALB a public door to the private
+  API server for whoever holds a token): passed to the API server unchanged, which authenticates it.
 * **On a laptop** (``trainctl ui``): the kubeconfig's own identity, its impersonation fields
   (``as``, ``as-groups``, ``as-uid``, ``as-user-extra``) included.
 
@@ -80,20 +81,70 @@ class Caller:
     gpu_quota: int | None = None
 
 
-_KEYS: dict[tuple[str, str], Any] = {}
-_KEYS_LOCK = threading.Lock()
+KEY_FETCHES_PER_MINUTE = 10  # the ALB rotates its keys rarely; a flood of made-up kids gets no more
+KEY_FAILURE_TTL_S = 300.0  # a kid whose fetch failed is not fetched again for this long
+KEY_FAILURES_KEPT = 1024
+KEY_FETCH_TIMEOUT_S = 5
+
+
+class KeyUnavailable(Exception):
+    """No public key for a kid (the fetch failed, failed recently, or too many fetches this minute)."""
+
+
+def _http_get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=KEY_FETCH_TIMEOUT_S) as resp:  # noqa: S310  (a fixed https URL)
+        return resp.read(16384).decode()
+
+
+class KeyFetcher:
+    """The ALB's public keys of one Region by kid: fetched once and kept; a failure kept for
+    :data:`KEY_FAILURE_TTL_S`; at most :data:`KEY_FETCHES_PER_MINUTE` fetches a minute, so headers
+    with random kids (their signature is checked only after the key is known) cannot keep the
+    portal waiting on the key endpoint. Blocking: the app calls it off the event loop."""
+
+    def __init__(self, region: str, *, fetch: Callable[[str], str] = _http_get, now: Callable[[], float] = time.monotonic,
+                 per_minute: int = KEY_FETCHES_PER_MINUTE, failure_ttl_s: float = KEY_FAILURE_TTL_S):
+        self.region, self._fetch, self._now, self.per_minute, self.failure_ttl_s = region, fetch, now, per_minute, failure_ttl_s
+        self._keys: dict[str, str] = {}
+        self._failed: dict[str, float] = {}
+        self._recent: list[float] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, kid: str) -> str:
+        with self._lock:
+            if kid in self._keys:
+                return self._keys[kid]
+            now = self._now()
+            failed = self._failed.get(kid)
+            if failed is not None and now - failed < self.failure_ttl_s:
+                raise KeyUnavailable(f"the key's fetch failed less than {self.failure_ttl_s:.0f} s ago")
+            self._recent = [t for t in self._recent if now - t < 60.0]
+            if len(self._recent) >= self.per_minute:
+                raise KeyUnavailable(f"more than {self.per_minute} key fetches this minute")
+            self._recent.append(now)
+        try:
+            pem = self._fetch(KEY_URL.format(region=self.region, kid=kid))
+        except Exception as err:
+            with self._lock:
+                self._failed.pop(kid, None)
+                self._failed[kid] = self._now()
+                while len(self._failed) > KEY_FAILURES_KEPT:
+                    self._failed.pop(next(iter(self._failed)))
+            raise KeyUnavailable(f"the key's fetch failed ({type(err).__name__})") from None
+        with self._lock:
+            self._keys[kid] = pem
+        return pem
+
+
+_FETCHERS: dict[str, KeyFetcher] = {}
+_FETCHERS_LOCK = threading.Lock()
 
 
 def alb_public_key(region: str, kid: str) -> Any:
-    """The ALB's public key ``kid`` of ``region`` (PEM), fetched once and cached."""
-    with _KEYS_LOCK:
-        if (region, kid) in _KEYS:
-            return _KEYS[(region, kid)]
-    with urllib.request.urlopen(KEY_URL.format(region=region, kid=kid), timeout=5) as resp:  # noqa: S310  (a fixed https URL)
-        pem = resp.read().decode()
-    with _KEYS_LOCK:
-        _KEYS[(region, kid)] = pem
-    return pem
+    """The ALB's public key ``kid`` of ``region`` (PEM), through the Region's :class:`KeyFetcher`."""
+    with _FETCHERS_LOCK:
+        fetcher = _FETCHERS.setdefault(region, KeyFetcher(region))
+    return fetcher(kid)
 
 
 class AlbIdentity:
@@ -149,16 +200,31 @@ class AlbIdentity:
         subject = claims.get("sub")
         if not isinstance(subject, str) or not _HEADER_VALUE_RE.fullmatch(subject):
             raise Unauthorized("the login has no usable subject")
-        email = claims.get("email") if isinstance(claims.get("email"), str) else None
+        email = verified_email(claims)
         groups = claims.get("groups") or []
-        groups = {groups} if isinstance(groups, str) else {g for g in groups if isinstance(g, str)}
-        mine = sorted(t for t, login in self.teams.items() if (groups & login.groups) or (email is not None and email.lower() in login.emails))
+        groups = {groups} if isinstance(groups, str) else {g for g in groups if isinstance(g, str)} if isinstance(groups, list) else set()
+        by_group = sorted(t for t, login in self.teams.items() if groups & login.groups)
+        # groups first: an e-mail decides only where no group does
+        mine = by_group or sorted(t for t, login in self.teams.items() if email is not None and email.lower() in login.emails)
         if not mine:
-            raise Unauthorized("your login belongs to no team of this platform (portal.teams): ask the platform team")
+            keys = ", ".join(sorted(str(k)[:40] for k in claims)[:30]) or "none"
+            why = "" if email is not None or not isinstance(claims.get("email"), str) else " (its email is not verified: email_verified is not true)"
+            raise Unauthorized(f"your login belongs to no team of this platform (portal.teams){why}; the claims the ALB passed: {keys} "
+                               "(groups come only from the IdP's userinfo endpoint): ask the platform team")
         chosen = team if team in mine else mine[0]
         login = self.teams[chosen]
         headers = {"Impersonate-User": [portal_user(chosen)], "Impersonate-Group": [team_group(chosen)], f"Impersonate-Extra-{SUBJECT_EXTRA}": [subject]}
         return Caller(name=email or subject, namespace=login.namespace, team=chosen, headers=headers, via="alb", gpu_quota=login.gpu_quota)
+
+
+def verified_email(claims: dict[str, Any]) -> str | None:
+    """The login's e-mail where the IdP says it verified it (OpenID Connect Core 1.0, 5.1 Standard
+    Claims: ``email_verified``, a boolean; some userinfo endpoints send the string "true"), else None:
+    an unverified address may be anyone's."""
+    email = claims.get("email")
+    if not isinstance(email, str) or claims.get("email_verified") not in (True, "true"):
+        return None
+    return email
 
 
 _BEARER_RE = re.compile(r"^Bearer ([\x21-\x7e]{1,8192})$", re.ASCII)
