@@ -55,6 +55,15 @@ def test_every_object_applies_and_the_webhooks_are_judged_by_a_dry_run(alb):
     assert applied.problems == [], "\n".join(applied.problems)
     assert {o["kind"] for o in applied.objects} >= {"CustomResourceDefinition", "Deployment", "ClusterRole", "IngressClass", "IngressClassParams", "Service", "Secret"}
     assert sorted(lbl.split(" ", 1)[0] for lbl in applied.dry_run) == ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"]
+    # no webhook on the cluster's Services (values enableServiceMutatorWebhook: false, k8s/portal.py): the pods' one stays,
+    # selecting only namespaces labelled for the readiness gate, as the portal's is
+    mutating = next(o for o in rendered.manifests if o["kind"] == "MutatingWebhookConfiguration")
+    names = {w["name"] for w in mutating["webhooks"]}
+    assert "mservice.elbv2.k8s.aws" not in names and "mpod.elbv2.k8s.aws" in names
+    mpod = next(w for w in mutating["webhooks"] if w["name"] == "mpod.elbv2.k8s.aws")
+    gate = [e for e in mpod["namespaceSelector"]["matchExpressions"] if e["key"] == "elbv2.k8s.aws/pod-readiness-gate-inject"]
+    portal_ns = next(o for o in up.plan.objects if o["kind"] == "Namespace" and o["metadata"]["name"] == "platform-portal")
+    assert gate and portal_ns["metadata"]["labels"]["elbv2.k8s.aws/pod-readiness-gate-inject"] in gate[0]["values"]
     # the chart validates every Ingress of every namespace, failing closed: its selectors render empty
     # (null: the API server reads them as {}, match all), failurePolicy Fail (webhookConfig.ingressValdationFailurePolicy)
     validating = next(o for o in rendered.manifests if o["kind"] == "ValidatingWebhookConfiguration")
@@ -92,6 +101,12 @@ def test_its_service_account_may_do_what_the_controllers_code_asks_and_no_more_t
     assert may("update", "leases", "coordination.k8s.io", "kube-system", "aws-load-balancer-controller-leader")
     # and nothing of the teams': their pods' secrets, their jobs
     assert not may("list", "secrets", namespace="vision") and not may("create", "pods", namespace="vision") and not may("delete", "trainjobs", "trainer.kubeflow.org", "vision")
+    # the Ingresses' OIDC client Secret, which the controller reads uncached (v3.5.0 pkg/ingress/model_build_actions.go,
+    # pkg/config/runtime_config.go): the stack's Role (k8s/builders/portal.py), as the chart grants no Secrets (allowAllSecrets false)
+    for verb in ("get", "list", "watch"):
+        assert may(verb, "secrets", namespace="platform-portal", name="portal-oidc"), verb
+    assert not may("get", "secrets", namespace="platform-portal", name="portal-other") and not may("list", "secrets", namespace="platform-portal")
+    assert not may("get", "secrets", namespace="kube-system", name="portal-oidc") and not may("update", "secrets", namespace="platform-portal", name="portal-oidc")
 
 
 def test_the_portals_ingresses_are_accepted_with_the_charts_objects_in_place(alb):
