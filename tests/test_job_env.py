@@ -269,6 +269,39 @@ def test_the_secret_policy_is_bound_to_team_namespaces_for_team_principals_and_r
     binding = next(o for o in rendered if o["kind"] == "ValidatingAdmissionPolicyBinding")
     assert binding["spec"]["validationActions"] == ["Deny"] and binding["spec"]["matchResources"]["namespaceSelector"] == {"matchExpressions": [{"key": tn.TEAM_LABEL, "operator": "Exists"}]}
     rule = policy["spec"]["matchConstraints"]["resourceRules"][0]
-    assert rule["resources"] == ["secrets"] and set(rule["operations"]) == {"CREATE", "UPDATE"} and policy["spec"]["failurePolicy"] == "Fail"
+    assert rule["resources"] == ["secrets"] and set(rule["operations"]) == {"CREATE", "UPDATE", "DELETE"} and policy["spec"]["failurePolicy"] == "Fail"
     assert f"'{tn.team_group('')}'" in policy["spec"]["matchConditions"][0]["expression"]
     assert f"!= '{admission.SA_TOKEN_SECRET_TYPE}'" in policy["spec"]["validations"][0]["expression"]
+
+
+def test_the_secret_policy_refuses_deletes_that_answer_with_the_secret():
+    """A DELETE leaving a finalizer pending answers with the Secret (admission.SECRET_DELETE_CHECK's comment);
+    the policy refuses dryRun, a propagationPolicy other than Background, orphanDependents, and finalizers.
+    Evaluated by the real API server in tests/e2e/test_env_secrets.py."""
+    expressions = [v["expression"] for v in admission.secret_policy()["spec"]["validations"]]
+    assert expressions[0].startswith("request.operation == 'DELETE' || ")  # object is null on DELETE
+    assert admission.SECRET_FINALIZERS_CHECK in expressions and admission.SECRET_DELETE_FINALIZED_CHECK in expressions
+    assert admission.SECRET_DELETE_CHECK in expressions
+    check = admission.SECRET_DELETE_CHECK
+    assert "!request.?dryRun.orValue(false)" in check and "request.options.?propagationPolicy.orValue('Background') == 'Background'" in check
+    assert "!request.options.?orphanDependents.orValue(false)" in check
+    assert "object.metadata.?finalizers.orValue([]).size() == 0" in admission.SECRET_FINALIZERS_CHECK
+    assert "oldObject.metadata.?finalizers.orValue([]).size() == 0" in admission.SECRET_DELETE_FINALIZED_CHECK
+    assert all(v["reason"] == "Forbidden" and "\n" not in v["message"] for v in admission.secret_policy()["spec"]["validations"])
+
+
+def test_trainctl_secret_delete_sends_a_plain_delete():
+    """What the policy lets through: no dryRun, no propagationPolicy other than Background, no orphanDependents."""
+    calls = []
+
+    class Core:
+        def delete_namespaced_secret(self, name, namespace, **kw):
+            calls.append((name, namespace, kw))
+
+    class Cluster:
+        core, namespace = Core(), "vision"
+
+    assert secret_cmd.delete(Cluster(), "wandb") is True  # type: ignore[arg-type]
+    ((name, ns, kw),) = calls
+    assert (name, ns) == ("wandb", "vision") and set(kw) <= {"_preload_content", "propagation_policy"}
+    assert kw.get("propagation_policy", "Background") == "Background"

@@ -332,6 +332,26 @@ SECRET_POLICY_NAME = "training-platform-team-secrets"
 SA_TOKEN_SECRET_TYPE = "kubernetes.io/service-account-token"
 
 
+# A DELETE that leaves a finalizer pending answers with the stored object, data included: the generic store updates the
+# object (deletionTimestamp, finalizers) and returns it (k8s.io/apiserver v0.34.4 pkg/registry/generic/registry/store.go
+# Delete: `if !deleteImmediately || err != nil { return out, false, err }`, and `if dryrun.IsDryRun(...) && out != nil
+# { return out, true, nil }`). A finalizer is pending when the Secret carries one already, or when the delete options
+# add one: propagationPolicy Orphan or orphanDependents true (orphan), Foreground (foregroundDeletion)
+# (same file, shouldOrphanDependents, shouldDeleteDependents, deletionFinalizersForGarbageCollection). Unset or
+# Background adds none. The admission check runs first, on the stored object (`deleteValidation(ctx, existing)` in
+# updateForGracefulDeletionAndFinalizers, storage.ValidateObjectFunc in the plain path): a refusal answers with no object.
+# The policy sees the options as request.options (the DeleteOptions) and request.dryRun (k8s.io/apiserver v0.34.4
+# pkg/admission/plugin/cel/compile.go BuildRequestType, condition.go CreateAdmissionRequest: Options is
+# attr.GetOperationOptions(), DryRun attr.IsDryRun()).
+SECRET_DELETE_CHECK = (
+    "request.operation != 'DELETE' || (!request.?dryRun.orValue(false)"
+    " && request.options.?propagationPolicy.orValue('Background') == 'Background'"
+    " && !request.options.?orphanDependents.orValue(false))"
+)
+SECRET_FINALIZERS_CHECK = "request.operation == 'DELETE' || object.metadata.?finalizers.orValue([]).size() == 0"
+SECRET_DELETE_FINALIZED_CHECK = "request.operation != 'DELETE' || oldObject.metadata.?finalizers.orValue([]).size() == 0"
+
+
 def secret_policy() -> dict:
     """What a team's principals may do with Secrets in their namespace (their Role: create, update
     and delete, never read: ``k8s/builders/tenants.py`` TEAM_RULES). A Secret for a job's
@@ -339,20 +359,43 @@ def secret_policy() -> dict:
     token of any service account of the namespace, one the team's job could then read through a
     ``secretKeyRef`` and use as that account. So, for requests from a team group only, no Secret of
     that type (``type`` is immutable on update: kubernetes v1.34 pkg/apis/core/validation
-    ``ValidateSecretUpdate``, so CREATE decides; UPDATE is checked too, as the Role allows it)."""
+    ``ValidateSecretUpdate``, so CREATE decides; UPDATE is checked too, as the Role allows it).
+
+    A delete must not be a read either: a DELETE that leaves a finalizer pending answers with the
+    Secret, data included (SECRET_DELETE_CHECK's comment). So a team's delete is a plain one (no
+    ``dryRun``, ``propagationPolicy`` unset or ``Background``, no ``orphanDependents``), a team's
+    Secret never carries ``metadata.finalizers`` (CREATE and UPDATE), and a Secret that carries one
+    (put there by someone else) is not the team's to delete."""
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
         "metadata": {"name": SECRET_POLICY_NAME},
         "spec": {
             "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["secrets"]}]},
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE", "DELETE"], "resources": ["secrets"]}]},
             "matchConditions": [{"name": "team-principal", "expression": f"request.userInfo.groups.exists(g, g.startsWith('{team_group('')}'))"}],
-            "validations": [{
-                "expression": f"object.?type.orValue('Opaque') != '{SA_TOKEN_SECRET_TYPE}'",
-                "message": f"secrets: a team's Secret may not be of type {SA_TOKEN_SECRET_TYPE} (the token controller would fill it with a token of a service account of the namespace); allowed: Opaque and the other types",
-                "reason": "Forbidden",
-            }],
+            "validations": [
+                {
+                    "expression": f"request.operation == 'DELETE' || object.?type.orValue('Opaque') != '{SA_TOKEN_SECRET_TYPE}'",
+                    "message": f"secrets: a team's Secret may not be of type {SA_TOKEN_SECRET_TYPE} (the token controller would fill it with a token of a service account of the namespace); allowed: Opaque and the other types",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": SECRET_FINALIZERS_CHECK,
+                    "message": "secrets: a team's Secret may not carry metadata.finalizers (deleting a Secret with a pending finalizer answers with its data)",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": SECRET_DELETE_CHECK,
+                    "message": "secrets: a team deletes a Secret plainly: no dryRun, propagationPolicy unset or Background, no orphanDependents (the others leave a finalizer pending, and the answer would carry the Secret's data)",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": SECRET_DELETE_FINALIZED_CHECK,
+                    "message": "secrets: this Secret carries metadata.finalizers, so deleting it would answer with its data; a team does not delete it (ask the platform team)",
+                    "reason": "Forbidden",
+                },
+            ],
         },
     }
 

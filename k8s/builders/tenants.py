@@ -73,9 +73,10 @@ TEAM_RULES: list[dict[str, Any]] = [
     # Secrets for its jobs' secretEnv (trainctl secret set, docs/env-and-secrets.md), write-only: no get, list or watch,
     # and no patch either: a PATCH answers with the whole patched object, data included (k8s.io/apiserver v0.34
     # pkg/endpoints/handlers/patch.go), so an empty patch would read any Secret. An update (PUT) needs only "update"
-    # (pkg/endpoints/request/requestinfo.go) and answers with what the caller sent; a delete answers with a Status (the
-    # Secrets' store returns no deleted object: kubernetes v1.34 pkg/registry/core/secret/storage/storage.go). Which
-    # Secrets: k8s/builders/admission.py secret_policy (no service-account token Secrets).
+    # (pkg/endpoints/request/requestinfo.go) and answers with what the caller sent; a plain delete answers with a Status
+    # (the Secrets' store returns no deleted object: kubernetes v1.34 pkg/registry/core/secret/storage/storage.go), but
+    # one that leaves a finalizer pending answers with the Secret. Which Secrets and which deletes:
+    # k8s/builders/admission.py secret_policy (no service-account token Secrets, no finalizers, plain deletes only).
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "update", "delete"]},
     {"apiGroups": [""], "resources": ["pods", "events"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},

@@ -6,6 +6,8 @@ runtime's default) and the ``secretKeyRef`` (read through the admin client). doc
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 
 from k8s.builders import admission
@@ -88,3 +90,62 @@ def test_the_admitted_pods_carry_the_env_and_the_secret_reference(team, tmp_path
     assert by_name["RUN_TAG"]["value"] == "e2e"
     assert by_name["WANDB_API_KEY"] == {"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "wandb", "key": "api-key"}}}
     assert "a-value-not-shown" not in str(up.client().get("trainer.kubeflow.org/v1alpha1", "TrainJob", "env-job", TEAM))
+
+
+def _refused_without_data(fn, value: str) -> None:
+    """The request is refused by the team Secret policy, one line, and its answer carries no value."""
+    with pytest.raises(ApiError) as err:
+        fn()
+    answer = f"{err.value} {err.value.body}"
+    assert err.value.status == 403 and admission.SECRET_POLICY_NAME in str(err.value) and "\n" not in str(err.value)
+    assert value not in answer and base64.b64encode(value.encode()).decode() not in answer
+
+
+def test_a_delete_that_would_leave_a_finalizer_pending_is_refused_without_the_data(team):
+    """A DELETE that leaves a finalizer pending answers with the stored Secret (k8s/builders/admission.py
+    SECRET_DELETE_CHECK): dryRun, Foreground, Orphan, orphanDependents are refused; a plain delete works."""
+    up, access, member = team
+    value = "kept-secret-value-0003"
+    cluster = _trainctl_as(up, access)
+    assert secret_cmd.put(cluster, secret_cmd.secret("probe", TEAM, {"k": value.encode()})) == "created"
+    path = member.path("v1", "Secret", "probe", TEAM)
+    for params, body in [
+        ({"dryRun": "All"}, {"propagationPolicy": "Foreground"}),
+        ({"dryRun": "All"}, None),
+        (None, {"propagationPolicy": "Foreground"}),
+        (None, {"propagationPolicy": "Orphan"}),
+        (None, {"orphanDependents": True}),
+        ({"propagationPolicy": "Orphan"}, None),
+    ]:
+        _refused_without_data(lambda params=params, body=body: member.request("DELETE", path, params=params, body=body), value)
+    stored = up.client().get("v1", "Secret", "probe", TEAM)
+    assert "deletionTimestamp" not in stored["metadata"] and not stored["metadata"].get("finalizers")
+    # the plain deletes: trainctl's (no options) and an explicit Background; each answers with a Status
+    answer = member.request("DELETE", path, body={"propagationPolicy": "Background"})
+    assert answer["kind"] == "Status" and value not in str(answer) and "data" not in answer
+    assert up.client().get_or_none("v1", "Secret", "probe", TEAM) is None
+    assert secret_cmd.put(cluster, secret_cmd.secret("probe", TEAM, {"k": value.encode()})) == "created"
+    assert secret_cmd.delete(cluster, "probe") is True
+    assert up.client().get_or_none("v1", "Secret", "probe", TEAM) is None
+
+
+def test_a_team_secret_never_carries_a_finalizer(team):
+    up, access, member = team
+    value = "finalized-value-0004"
+    body = {**secret_cmd.secret("held", TEAM, {"k": value.encode()})}
+    body["metadata"] = {**body["metadata"], "finalizers": ["example.com/hold"]}
+    _refused_without_data(lambda: member.create(body), value)
+    assert up.client().get_or_none("v1", "Secret", "held", TEAM) is None
+    # an update adding one: refused too
+    assert secret_cmd.put(_trainctl_as(up, access), secret_cmd.secret("held", TEAM, {"k": value.encode()})) == "created"
+    _refused_without_data(lambda: member.request("PUT", member.path("v1", "Secret", "held", TEAM), body=body), value)
+    assert not up.client().get("v1", "Secret", "held", TEAM)["metadata"].get("finalizers")
+    # a Secret that carries one (put there by an admin): the team's plain delete would answer with it, so refused
+    admin = up.client()
+    admin.request("PATCH", admin.path("v1", "Secret", "held", TEAM), body={"metadata": {"finalizers": ["example.com/hold"]}}, content_type=MERGE)
+    try:
+        _refused_without_data(lambda: member.request("DELETE", member.path("v1", "Secret", "held", TEAM)), value)
+        assert "deletionTimestamp" not in admin.get("v1", "Secret", "held", TEAM)["metadata"]
+    finally:
+        admin.request("PATCH", admin.path("v1", "Secret", "held", TEAM), body={"metadata": {"finalizers": None}}, content_type=MERGE)
+        admin.delete("v1", "Secret", "held", TEAM)
