@@ -13,6 +13,9 @@ offline render, which also feeds the local control plane: there they are said on
   address or CIDR inside the IPv4 documentation ranges of RFC 5737 section 3 (192.0.2.0/24
   TEST-NET-1, 198.51.100.0/24 TEST-NET-2, 203.0.113.0/24 TEST-NET-3), which are never routed on
   the internet: a deploy would grant a role of nobody's account, or open the endpoint to nobody.
+* A bucket name ending in ``-example`` in ``tenants.<team>.s3[*].bucket`` (the shipped teams stack's
+  ``vision-datasets-example``, ``vision-results-example``): S3 bucket names are global, so such a
+  name may be someone else's bucket, and the team's role would be granted it.
 """
 
 from __future__ import annotations
@@ -48,17 +51,21 @@ EXAMPLE_ACCOUNT = "123456789012"
 DOCUMENTATION_RANGES = tuple(ipaddress.IPv4Network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24"))
 """RFC 5737 section 3: the IPv4 blocks reserved for documentation."""
 
+EXAMPLE_BUCKET_SUFFIX = "-example"
+_BUCKET_KEY_RE = re.compile(r"tenants\.[^.]+\.s3\[[0-9]+\]\.bucket")
 _ACCOUNT_RE = re.compile(rf"(?<![0-9]){EXAMPLE_ACCOUNT}(?![0-9])")
 _IPV4_RE = re.compile(r"(?<![0-9.])(?:[0-9]{1,3}\.){3}[0-9]{1,3}(?:/[0-9]{1,2})?(?![0-9.])")
 
 
 def placeholder_problems(s: Settings) -> list[ConfigError]:
-    """One problem per key whose value holds the example account or a documentation address."""
+    """One problem per key whose value holds the example account, a documentation address or an example bucket."""
     found: list[ConfigError] = []
     for key, value in _strings(to_raw(s)):
         if key.split(".", 1)[0] in ("stack", "region"):
             continue
-        if _ACCOUNT_RE.search(value):
+        if _BUCKET_KEY_RE.fullmatch(key) and value.endswith(EXAMPLE_BUCKET_SUFFIX):
+            found.append(ConfigError(key, value, f"a bucket name ending in {EXAMPLE_BUCKET_SUFFIX} is a placeholder of the shipped stack files (S3 names are global: it may be someone else's bucket); allowed: your own buckets' names"))
+        elif _ACCOUNT_RE.search(value):
             found.append(ConfigError(key, value, f"{EXAMPLE_ACCOUNT} is the example account of AWS's documentation, a placeholder of the shipped stack files; allowed: your own account's ARNs"))
         elif doc := _documentation_range(value):
             found.append(ConfigError(key, value, f"{doc} is an RFC 5737 documentation range (never routed), a placeholder of the shipped stack files; allowed: your own addresses or CIDRs"))

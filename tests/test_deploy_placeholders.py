@@ -28,7 +28,8 @@ def test_the_shipped_dev_stack_names_each_placeholder_once():
 
 def test_team_principals_and_the_workshop_range_are_placeholders_too():
     assert [p.key for p in placeholder_problems(settings(raw_of("teams"), "teams"))] == [
-        "cluster.adminPrincipalArns[0]", "tenants.vision.principalArns[0]", "tenants.nlp.principalArns[0]"]
+        "cluster.adminPrincipalArns[0]", "tenants.vision.principalArns[0]", "tenants.vision.s3[0].bucket", "tenants.vision.s3[1].bucket",
+        "tenants.nlp.principalArns[0]"]
     assert [p.key for p in placeholder_problems(settings(raw_of("workshop"), "workshop"))] == ["cluster.publicAccessCidrs[0]"]
 
 
@@ -88,3 +89,39 @@ def test_the_offline_render_keeps_them_and_says_so_once(caplog):
     assert len(said) == 1
     for key in ("cluster.publicAccessCidrs[0]", "cluster.adminPrincipalArns[0]", "cluster.ci.previewRoleArn", "cluster.ci.deployRoleArn"):
         assert key in said[0]
+
+
+def _teams_with(buckets: list[str]) -> dict:
+    raw = raw_of("teams")
+    raw["tenants"]["vision"]["s3"] = [{"bucket": b, "prefix": "runs/", "access": "read"} for b in buckets]
+    return raw
+
+
+def test_example_bucket_names_are_placeholders_one_line_naming_the_key():
+    found = [p for p in placeholder_problems(settings(_teams_with(["acme-ml-data", "vision-datasets-example", "my-example-bucket"]), "teams")) if ".s3[" in p.key]
+    assert [p.key for p in found] == ["tenants.vision.s3[1].bucket"]  # only the -example ending; 'example' inside a name is a name
+    assert "someone else's bucket" in str(found[0]) and len(str(found[0]).splitlines()) == 1
+    assert not [p for p in placeholder_problems(settings(_teams_with(["acme-ml-data"]), "teams")) if ".s3[" in p.key]
+
+
+def _teams_config() -> dict:
+    return {k: v for k, v in stack_file("teams")["config"].items()}
+
+
+def test_a_real_deploy_of_the_teams_stack_refuses_its_example_buckets(monkeypatch):
+    import infra.project_config
+
+    monkeypatch.setattr(infra.project_config, "offline_render", lambda: False)
+    with pytest.raises(ProgramError) as err:
+        run_program(str(PROJECT), "teams", stack_config={"config": _teams_config()})
+    keys = [line.split(" = ")[0].removeprefix("invalid config training-platform:") for line in str(err.value).splitlines()]
+    assert "tenants.vision.s3[0].bucket" in keys and "tenants.vision.s3[1].bucket" in keys
+    assert not [r for r in err.value.registrations if r.type.startswith("aws:iam")]
+
+
+def test_the_offline_render_of_the_teams_stack_keeps_its_example_buckets_and_says_so(caplog):
+    with caplog.at_level(logging.WARNING):
+        run = run_program(str(PROJECT), "teams", stack_config={"config": _teams_config()})
+    assert any(r.type == "aws:iam/rolePolicy:RolePolicy" and "vision-results-example" in str(r.inputs) for r in run.registrations)
+    said = [r.getMessage() for r in caplog.records if "pulumi up and preview refuse" in r.getMessage()]
+    assert len(said) == 1 and "tenants.vision.s3[1].bucket" in said[0]
