@@ -16,7 +16,8 @@ DEFAULT_CONFIG = "/etc/portal/portal.json"
 # connection idle timeout; k8s/builders/portal.py sets no other): were the portal to close an idle
 # keep-alive connection first (uvicorn's default timeout_keep_alive is 5 s), the ALB could send a
 # request on it as it closes and answer 502 (ELB User Guide, "Troubleshoot your Application Load
-# Balancers", HTTP 502: "the target closed the connection ... before the idle timeout elapsed").
+# Balancers", HTTP 502: a target that closes the connection while the ALB sends on it; the guide
+# asks for a target keep-alive longer than the ALB's idle timeout).
 KEEP_ALIVE_S = 65
 
 
