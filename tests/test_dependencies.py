@@ -9,9 +9,12 @@ import base64
 import hashlib
 import http.server
 import json
+import os
 import pathlib
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import zipfile
 
@@ -27,12 +30,12 @@ from workloads.builders.trainjobs import PROGRAMS_DIR
 LAUNCH = str(PROGRAMS_DIR / "launch.py")
 
 
-def make_wheel(directory: pathlib.Path, name: str, version: str, code_text: str) -> pathlib.Path:
+def make_wheel(directory: pathlib.Path, name: str, version: str, code_text: str, requires: tuple[str, ...] = ()) -> pathlib.Path:
     """A pure-Python wheel (PEP 427: the package, METADATA, WHEEL and RECORD with sha256 digests)."""
     dist = f"{name}-{version}"
     files = {
         f"{name}/__init__.py": code_text,
-        f"{dist}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{dist}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires),
         f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
     record = []
@@ -67,7 +70,7 @@ def test_requirements_are_installed_before_the_command_and_first_on_its_path(tmp
     p = run_launch(d, deps, "import os, tinydep; print(tinydep.VALUE, tinydep.__file__); print(os.environ['PYTHONPATH'])")
     assert p.returncode == 0, p.stderr
     value, where, path = p.stdout.split("\n")[0].split(" ")[0], p.stdout.split("\n")[0].split(" ")[1], p.stdout.split("\n")[1]
-    assert value == "42" and where.startswith(str(deps / "site-")) and path.split(":")[0] in where
+    assert value == "42" and where.startswith(str(deps / "venv-")) and path.split(":")[0] in where
     assert "installing requirements.txt (at most 600 s)" in p.stderr and "Successfully installed tinydep-0.1" in p.stderr
     assert sorted(x.name for x in deps.iterdir()) == ["pip-cache"]  # the install is removed with the command
 
@@ -86,6 +89,70 @@ def test_a_failed_install_is_one_marker_line_with_pips_last_error_and_exit_4(tmp
     marker = [line for line in p.stderr.splitlines() if line.startswith(launch.DEPS_MARKER)]
     assert marker == ["TRAINING_DEPS_FAILED dependencies failed to install: No matching distribution found for tinydep==0.2"]
     assert launch.DEPS_FAILED not in launch.NON_RETRYABLE  # retried: an index outage passes
+
+
+def test_a_resolution_conflict_fails_at_once_with_exit_3(tmp_path):
+    d = code_dir(tmp_path, "pkga==1.0\npkgb==1.0")
+    make_wheel(d / "wheels", "pkga", "1.0", "V = 1\n")
+    make_wheel(d / "wheels", "pkgb", "1.0", "", requires=("pkga==2.0",))
+    p = run_launch(d, tmp_path / "deps", "print('ran')")
+    assert p.returncode == launch.DEPS_CANNOT_INSTALL == 3 and launch.DEPS_CANNOT_INSTALL in launch.NON_RETRYABLE and "ran" not in p.stdout
+    marker = [line for line in p.stderr.splitlines() if line.startswith(launch.DEPS_MARKER)]
+    assert marker == ["TRAINING_DEPS_FAILED dependencies failed to install: Cannot install -r requirements.txt (line 4) and pkga==1.0 because these package versions have conflicting dependencies."]
+
+
+def test_pips_errors_are_sorted_into_retryable_or_not():
+    assert launch.error_line("Collecting x\nERROR: Could not install packages due to an OSError: [Errno 13] Permission denied: '/usr/lib/x'\nCheck the permissions.\n") == ("Could not install packages due to an OSError: [Errno 13] Permission denied: '/usr/lib/x'", True)
+    assert launch.error_line("ERROR: Could not find a version that satisfies the requirement y (from versions: none)\nERROR: No matching distribution found for y\n") == ("No matching distribution found for y", False)
+    assert launch.error_line("") == ("pip printed nothing", False)
+
+
+@pytest.fixture
+def shared_dir():
+    """A directory another user may enter (pytest's tmp_path is root's alone), removed afterwards."""
+    d = pathlib.Path(tempfile.mkdtemp())
+    d.chmod(0o755)
+    yield d
+    subprocess.run(["chmod", "-R", "u+w", str(d)], check=True)
+    shutil.rmtree(d)
+
+
+def test_a_requirement_that_changes_an_image_package_installs_beside_the_read_only_image(shared_dir):
+    """The image's pkgx 1.0 belongs to another user; requirements.txt asks for 2.0: the job's
+    environment gets 2.0 and the image's copy stays (pip does not try to remove it)."""
+    as_user: list[str] = []
+    base = sys.executable
+    if os.geteuid() == 0:  # root writes anywhere: run the launcher as nobody, like the pod's uid 1000
+        as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        runs = [p for p in (os.path.realpath(sys.executable), shutil.which("python3", path="/usr/local/bin:/usr/bin")) if p and shutil.which("setpriv")
+                and subprocess.run([*as_user, p, "-c", "import venv, subprocess, sys; subprocess.run([sys.executable, '-c', ''], check=True)"], capture_output=True).returncode == 0]
+        if not runs:
+            pytest.skip("running as root with no Python another user may run (or no setpriv)")
+        base = runs[0]
+    image = shared_dir / "image"
+    subprocess.run([base, "-m", "venv", "--without-pip", str(image)], check=True)
+    python = str(image / "bin" / "python")
+    image_site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], check=True, capture_output=True, text=True).stdout.strip()
+    pathlib.Path(image_site, "tools.pth").write_text("".join(f"{p}\n" for p in sys.path if p.endswith("site-packages")))  # the image's pip
+    wheels = shared_dir / "wheels"
+    make_wheel(wheels, "pkgx", "1.0", "VERSION = '1.0'\n")
+    make_wheel(wheels, "pkgx", "2.0", "VERSION = '2.0'\n")
+    subprocess.run([python, "-m", "pip", "install", "--isolated", "--no-index", "--find-links", str(wheels), "pkgx==1.0"], check=True, capture_output=True)
+    subprocess.run(["chmod", "-R", "a-w", str(image)], check=True)
+    code = shared_dir / "code"
+    code.mkdir()
+    (code / "requirements.txt").write_text(f"--no-index\n--find-links {wheels}\npkgx==2.0\n")
+    (code / "launch.py").write_text(pathlib.Path(LAUNCH).read_text())
+    deps = shared_dir / "deps"
+    deps.mkdir()
+    if as_user:
+        os.chown(deps, 65534, 65534)
+    show = "import pkgx; print(pkgx.VERSION)"
+    cmd = [*as_user, python, str(code / "launch.py"), "sh", "-c", f'python -c "{show}" && {python} -c "{show}"']  # the environment's python and the image's (torchrun's)
+    p = subprocess.run(cmd, env={"PATH": "/usr/bin:/bin", "TRAINING_DEPS_DIR": str(deps)}, capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["2.0", "2.0"] and "Successfully installed pkgx-2.0" in p.stderr and "Permission denied" not in p.stderr
+    assert subprocess.run([python, "-c", show], capture_output=True, text=True).stdout.strip() == "1.0"  # the image's copy is untouched
 
 
 class _Hang(http.server.BaseHTTPRequestHandler):
@@ -110,11 +177,11 @@ def test_an_install_past_its_time_limit_is_stopped_and_says_so(tmp_path):
 
 
 def test_pip_gets_the_platforms_index_and_no_user_settings(tmp_path):
-    cmd = launch.pip_command("/c/requirements.txt", "/p", "/cache", {"TRAINING_PIP_INDEX_URL": "https://mirror.example/simple", "TRAINING_PIP_EXTRA_INDEX_URLS": "https://a.example/s https://b.example/s"})
-    assert cmd[1:4] == ["-m", "pip", "install"] and "--isolated" in cmd and "--no-input" in cmd and "--disable-pip-version-check" in cmd
+    cmd = launch.pip_command("/v/bin/python", "/c/requirements.txt", "/cache", {"TRAINING_PIP_INDEX_URL": "https://mirror.example/simple", "TRAINING_PIP_EXTRA_INDEX_URLS": "https://a.example/s https://b.example/s"})
+    assert cmd[:4] == ["/v/bin/python", "-m", "pip", "install"] and "--isolated" in cmd and "--no-input" in cmd and "--disable-pip-version-check" in cmd
     assert cmd[cmd.index("--index-url") + 1] == "https://mirror.example/simple" and [cmd[i + 1] for i, a in enumerate(cmd) if a == "--extra-index-url"] == ["https://a.example/s", "https://b.example/s"]
-    assert cmd[cmd.index("--prefix") + 1] == "/p" and cmd[cmd.index("--cache-dir") + 1] == "/cache" and "--target" not in cmd
-    assert launch.pip_command("r", "p", "c", {})[launch.pip_command("r", "p", "c", {}).index("--index-url") + 1] == launch.DEFAULT_INDEX_URL == tj.DEFAULT_PIP_INDEX_URL
+    assert cmd[cmd.index("--cache-dir") + 1] == "/cache" and "--target" not in cmd and "--prefix" not in cmd  # the environment's own scheme
+    assert launch.pip_command("p", "r", "c", {})[launch.pip_command("p", "r", "c", {}).index("--index-url") + 1] == launch.DEFAULT_INDEX_URL == tj.DEFAULT_PIP_INDEX_URL
 
 
 def test_the_builders_names_are_the_launchers():
@@ -122,7 +189,7 @@ def test_the_builders_names_are_the_launchers():
     assert set(env) == {launch.DEPS_DIR_ENV, launch.INDEX_URL_ENV, launch.EXTRA_INDEX_URLS_ENV, launch.DEPS_TIMEOUT_ENV}
     assert env[launch.DEPS_DIR_ENV] == tj.DEPS_MOUNT and int(env[launch.DEPS_TIMEOUT_ENV]) == launch.DEFAULT_DEPS_TIMEOUT_S == tj.DEFAULT_DEPS_TIMEOUT_S
     assert tj.RESUME_FROM_ENV == launch.RESUME_FROM_ENV and tj.REQUIREMENTS_FILE == launch.REQUIREMENTS
-    assert diagnose.DEPS_FAILED_EXIT == launch.DEPS_FAILED and diagnose.DEPS_CAUSE == launch.DEPS_FAILED_TEXT
+    assert diagnose.DEPS_FAILED_EXIT == launch.DEPS_FAILED and diagnose.DEPS_CAUSE == launch.DEPS_FAILED_TEXT and diagnose.DEPS_CANNOT_INSTALL_EXIT == launch.DEPS_CANNOT_INSTALL
 
 
 def test_a_missing_resume_from_directory_fails_at_once(tmp_path):
@@ -216,8 +283,8 @@ def test_an_efa_job_on_its_own_image_is_warned_not_refused(proj, capsys):
 # --- status and diagnose ------------------------------------------------------------------------
 
 
-def _failed_pod(message: str) -> dict:
-    term = {"exitCode": 4, "reason": "Error", "message": message, "finishedAt": "2026-11-24T10:00:00Z"}
+def _failed_pod(message: str, code: int = 4) -> dict:
+    term = {"exitCode": code, "reason": "Error", "message": message, "finishedAt": "2026-11-24T10:00:00Z"}
     return {"metadata": {"name": "p-node-0-0-abc"}, "status": {"phase": "Failed", "containerStatuses": [{"name": "node", "state": {"terminated": term}}]}}
 
 
@@ -227,6 +294,9 @@ def test_status_and_diagnose_report_a_failed_install():
     assert jobstate.last_failure(tjob, [pod], []) == "pod p-node-0-0-abc: dependencies failed to install: No matching distribution found for tinydep==0.2"
     found = {f.cause: f for f in diagnose.diagnose(diagnose.Evidence(trainjob=tjob, pods=[pod]))}
     assert found["dependencies failed to install"].evidence == ["pod p-node-0-0-abc: dependencies failed to install: No matching distribution found for tinydep==0.2"]
+    conflict = _failed_pod("dependencies failed to install: Cannot install -r requirements.txt (line 1) and a==1 because these package versions have conflicting dependencies.", code=3)
+    found = {f.cause: f for f in diagnose.diagnose(diagnose.Evidence(trainjob=tjob, pods=[conflict]))}
+    assert found["dependencies failed to install"].evidence == ["pod p-node-0-0-abc: dependencies failed to install: Cannot install -r requirements.txt (line 1) and a==1 because these package versions have conflicting dependencies."]
     logged = diagnose.diagnose(diagnose.Evidence(log_lines={"node 1": ["TRAINING_DEPS_FAILED dependencies failed to install: pip did not finish within 3 s"]}, exit_codes={"j-node-0-1": 4}))
     assert [(f.cause, f.evidence) for f in logged] == [("dependencies failed to install", ["j-node-0-1: exit code 4 (the launcher: requirements.txt did not install)", "node 1: dependencies failed to install: pip did not finish within 3 s"])]
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 NON_RETRYABLE = {2: "bad arguments", 3: "bad config or data"}
 DEPS_FAILED_EXIT = 4  # the launcher's exit when the code's requirements.txt did not install (workloads/programs/launch.py DEPS_FAILED)
+DEPS_CANNOT_INSTALL_EXIT = 3  # the same when no retry changes it: a conflict, a permission error (launch.py DEPS_CANNOT_INSTALL)
 DEPS_CAUSE = "dependencies failed to install"  # also the launcher's marker line and termination message (launch.py DEPS_FAILED_TEXT)
 DEPS_LINE = re.compile(r"TRAINING_DEPS_FAILED " + DEPS_CAUSE + r": (.*)")
 DEPS_HINT = "fix requirements.txt (a name or version the index lacks, a conflict with what the image has: then a team image with --image), or raise --deps-timeout; the line is pip's last error"
@@ -126,7 +127,7 @@ def diagnose(ev: Evidence) -> list[Finding]:
                 add("out of memory (host)", f"pod {_name(pod)} container {container}: OOMKilled (exit {t.get('exitCode')})", "the pod exceeded its memory limit: fewer DataLoader workers, smaller host-side buffers, or a larger instance type")
             if t.get("exitCode") not in (None, 0):
                 codes.setdefault(_name(pod), t["exitCode"])
-            if t.get("exitCode") == DEPS_FAILED_EXIT and str(t.get("message") or "").startswith(DEPS_CAUSE):  # the launcher's termination message
+            if t.get("exitCode") in (DEPS_FAILED_EXIT, DEPS_CANNOT_INSTALL_EXIT) and str(t.get("message") or "").startswith(DEPS_CAUSE):  # the launcher's termination message
                 add(DEPS_CAUSE, f"pod {_name(pod)}: {str(t['message']).strip()}", DEPS_HINT)
         for cs in (pod.get("status") or {}).get("containerStatuses") or []:
             w = (cs.get("state") or {}).get("waiting") or {}

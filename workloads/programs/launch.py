@@ -8,12 +8,15 @@ exits with it, so the runtime's pod
 failure policy fails the job at once instead of burning restarts. SIGTERM/SIGINT are forwarded.
 
 Before the command, a ``requirements.txt`` in the code directory (beside this file) is installed
-with pip into a directory of its own on the pod (under TRAINING_DEPS_DIR, an emptyDir: the image's
-site-packages belong to root and the pod runs as a user), put first on the command's PYTHONPATH;
-pip's cache lives there too. The index comes from the platform (TRAINING_PIP_INDEX_URL, default
-PyPI; TRAINING_PIP_EXTRA_INDEX_URLS), the time limit from TRAINING_DEPS_TIMEOUT_S. A failed install
-prints one ``TRAINING_DEPS_FAILED dependencies failed to install: <pip's last error line>`` line
-(also the termination message) and exits 4, retried like any failure (an index outage passes).
+with pip into a virtual environment of its own on the pod (under TRAINING_DEPS_DIR, an emptyDir:
+the image's site-packages belong to root and the pod runs as a user) that sees the image's
+packages after its own; its site-packages go first on the command's PYTHONPATH and its bin first
+on PATH. pip's cache lives there too. The index comes from the platform (TRAINING_PIP_INDEX_URL,
+default PyPI; TRAINING_PIP_EXTRA_INDEX_URLS), the time limit from TRAINING_DEPS_TIMEOUT_S. A
+failed install prints one ``TRAINING_DEPS_FAILED dependencies failed to install: <pip's error
+line>`` line (also the termination message) and exits 3 when no retry changes it (a resolution
+conflict, a permission error: the job fails at once), else 4, retried like any failure (an index
+outage passes).
 
 Usage: python3 launch.py torchrun train.py [args...]
        python3 launch.py torchrun --no-python python3 launch.py --worker python3 user.py [args...]
@@ -24,6 +27,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import site
 import subprocess
 import sys
 import tempfile
@@ -154,11 +158,17 @@ def run_preflight(env: dict) -> int | None:
 
 # --- the code directory's requirements.txt, installed before the job's command ----------------
 # pip's options are pip 26.3's (pip/_internal/cli/cmdoptions.py, commands/install.py): --isolated
-# ignores PIP_* variables and pip.conf files (the platform's index settings are the ones used),
-# --prefix installs beside the image (what the image already has counts as installed; --target
-# would ignore it and reinstall, e.g., torch: install.py sets ignore_installed with a target).
+# ignores PIP_* variables and pip.conf files (the platform's index settings are the ones used).
+# pip runs in a virtual environment of its own on the emptyDir that sees the image's site
+# directories through a .pth file: what the image has counts as installed (torch is not
+# reinstalled), and a requirement that needs another version of an image package installs it in
+# the environment and leaves the image's copy, which belongs to root, alone. pip 26.3
+# req/req_uninstall.py UninstallPathSet.from_dist: "Not uninstalling ... outside environment"
+# when not dist.local; utils/misc.py is_local: inside a virtualenv only paths under sys.prefix
+# are local (outside one, everything is, and pip would try to remove the image's copy).
 REQUIREMENTS = "requirements.txt"
 DEPS_FAILED = 4  # retryable (an index outage passes): the runtime's failure policy fails only on 2 and 3
+DEPS_CANNOT_INSTALL = 3  # deterministic (a resolution conflict, a permission error): fails the job at once
 DEPS_MARKER = "TRAINING_DEPS_FAILED"  # the one log line trainctl status/diagnose recognise (trainctl/diagnose.py)
 DEPS_FAILED_TEXT = "dependencies failed to install"
 DEPS_DIR_ENV = "TRAINING_DEPS_DIR"  # an emptyDir on the node's disk: pip's cache and the installed packages
@@ -167,47 +177,70 @@ EXTRA_INDEX_URLS_ENV = "TRAINING_PIP_EXTRA_INDEX_URLS"  # separated by spaces
 DEPS_TIMEOUT_ENV = "TRAINING_DEPS_TIMEOUT_S"
 DEFAULT_INDEX_URL = "https://pypi.org/simple"
 DEFAULT_DEPS_TIMEOUT_S = 600
+IMAGE_SITES_PTH = "training-image-sites.pth"
+# pip 26.3's messages for what no retry changes: resolution/resolvelib/factory.py
+# ("ResolutionImpossible: for help visit ...", after "Cannot install ... conflicting dependencies")
+# and commands/install.py create_os_error_message ("Could not install packages due to an OSError:
+# [Errno 13] Permission denied ...").
+DETERMINISTIC = ("ResolutionImpossible", "conflicting dependencies", "[Errno 13]")
 
 
-def pip_command(requirements: str, prefix: str, cache: str, env: dict) -> list[str]:
-    """pip's install of ``requirements`` into ``prefix`` with the platform's index settings."""
+def pip_command(python: str, requirements: str, cache: str, env: dict) -> list[str]:
+    """pip's install of ``requirements`` by ``python`` (the job's environment) with the platform's
+    index settings."""
     extra = [a for url in (env.get(EXTRA_INDEX_URLS_ENV) or "").split() for a in ("--extra-index-url", url)]
     return [
-        sys.executable, "-m", "pip", "install", "--isolated", "--no-input", "--disable-pip-version-check", "--no-warn-script-location", "--progress-bar", "off",
-        "--prefix", prefix, "--cache-dir", cache, "--index-url", env.get(INDEX_URL_ENV) or DEFAULT_INDEX_URL, *extra, "--requirement", requirements,
+        python, "-m", "pip", "install", "--isolated", "--no-input", "--disable-pip-version-check", "--no-warn-script-location", "--progress-bar", "off",
+        "--cache-dir", cache, "--index-url", env.get(INDEX_URL_ENV) or DEFAULT_INDEX_URL, *extra, "--requirement", requirements,
     ]
 
 
-def last_error_line(output: str) -> str:
-    """pip's last ``ERROR:`` line, else its last line."""
+def error_line(output: str) -> tuple[str, bool]:
+    """pip's error line worth showing (a conflict's "Cannot install ..." line, else the last
+    ``ERROR:`` line, else the last line) and whether a retry cannot change it."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
     errors = [line.removeprefix("ERROR:").strip() for line in lines if line.startswith("ERROR:")]
-    return (errors or lines or ["pip printed nothing"])[-1]
+    deterministic = any(mark in line for line in errors for mark in DETERMINISTIC)
+    conflict = [line for line in errors if "conflicting dependencies" in line]
+    return (conflict or errors or lines or ["pip printed nothing"])[-1], deterministic
 
 
-def site_dirs(prefix: str) -> list[str]:
-    """Where pip put the packages under ``prefix`` (lib/pythonX.Y/site-packages; a Debian Python's
-    scheme: local/lib/pythonX.Y/dist-packages; lib64 for platform-specific ones)."""
-    found = []
-    for dirpath, dirnames, _ in os.walk(prefix):
-        for name in sorted(dirnames):
-            if name in ("site-packages", "dist-packages"):
-                found.append(os.path.join(dirpath, name))
-        dirnames[:] = [d for d in dirnames if d not in ("site-packages", "dist-packages")]
-    return sorted(found)
+def image_sites() -> list[str]:
+    """The site directories of the Python running the launcher (the image's), also when that
+    Python is itself a virtual environment (--system-site-packages would name its base's)."""
+    return [p for p in dict.fromkeys([*site.getsitepackages(), *sys.path]) if p.endswith(("site-packages", "dist-packages")) and os.path.isdir(p)]
 
 
-def install_requirements(env: dict, code_dir: str) -> tuple[dict | None, str | None, str | None]:
+def make_env(root: str) -> tuple[str, list[str]]:
+    """A virtual environment under ``root`` (no pip of its own: the image's is on its path) that
+    sees the image's packages after its own: (its python, its site directories)."""
+    venv = tempfile.mkdtemp(prefix="venv-", dir=root)  # one per process: the emulator's nodes share the volume
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True, capture_output=True, text=True, timeout=120)
+    python = os.path.join(venv, "bin", "python")
+    out = subprocess.run([python, "-I", "-c", "import sysconfig; print(sysconfig.get_path('purelib')); print(sysconfig.get_path('platlib'))"], check=True, capture_output=True, text=True, timeout=60)
+    sites = list(dict.fromkeys(out.stdout.split()))
+    with open(os.path.join(sites[0], IMAGE_SITES_PTH), "w") as fh:
+        fh.write("".join(f"{p}\n" for p in image_sites()))
+    return python, sites
+
+
+def install_requirements(env: dict, code_dir: str) -> tuple[dict | None, str | None, tuple[str, int] | None]:
     """Install ``code_dir/requirements.txt``, if there is one, before the command: (the command's
-    env with the packages first on PYTHONPATH and their scripts on PATH, the install prefix to remove
-    afterwards, None) or (None, None, pip's last error line)."""
+    env with the environment's packages first on PYTHONPATH and its bin, python included, first on
+    PATH, the environment to remove afterwards, None) or (None, None, (pip's error line, the exit
+    code: DEPS_CANNOT_INSTALL when no retry changes it, else DEPS_FAILED))."""
     requirements = os.path.join(code_dir, REQUIREMENTS)
     if not os.path.isfile(requirements):
         return env, None, None
     root = env.get(DEPS_DIR_ENV) or tempfile.gettempdir()
     cache = os.path.join(root, "pip-cache")
-    os.makedirs(cache, exist_ok=True)
-    prefix = tempfile.mkdtemp(prefix="site-", dir=root)  # one per process: the emulator's nodes share the volume
+    try:
+        os.makedirs(cache, exist_ok=True)
+        python, sites = make_env(root)
+    except (OSError, subprocess.SubprocessError) as err:
+        detail = ((getattr(err, "stderr", None) or "").strip().splitlines() or [str(err)])[-1]
+        return None, None, (f"cannot create the environment in {root}: {detail}", DEPS_CANNOT_INSTALL if any(m in detail for m in DETERMINISTIC) else DEPS_FAILED)
+    venv = os.path.dirname(os.path.dirname(python))
     try:
         timeout = int(env.get(DEPS_TIMEOUT_ENV) or DEFAULT_DEPS_TIMEOUT_S)
     except ValueError:
@@ -216,27 +249,26 @@ def install_requirements(env: dict, code_dir: str) -> tuple[dict | None, str | N
     started = time.monotonic()
     pip_env = {**env, "PYTHONNOUSERSITE": "1", "HOME": root}  # no user site; HOME may be / (docs/images.md)
     try:
-        done = subprocess.run(pip_command(requirements, prefix, cache, env), env=pip_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+        done = subprocess.run(pip_command(python, requirements, cache, env), env=pip_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
         output, code = done.stdout or "", done.returncode
     except subprocess.TimeoutExpired as err:
         out = err.stdout.decode(errors="replace") if isinstance(err.stdout, bytes) else (err.stdout or "")
         output, code = out + f"\nERROR: pip did not finish within {timeout} s ({DEPS_TIMEOUT_ENV}; trainctl submit --deps-timeout)", -1
     sys.stderr.write(output)
     if code != 0:
-        shutil.rmtree(prefix, ignore_errors=True)
-        return None, None, last_error_line(output)
-    sites = site_dirs(prefix)
+        shutil.rmtree(venv, ignore_errors=True)
+        line, deterministic = error_line(output)
+        return None, None, (line.replace(requirements, REQUIREMENTS), DEPS_CANNOT_INSTALL if deterministic else DEPS_FAILED)
     path = [*sites, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
-    scripts = [os.path.join(prefix, "bin"), os.path.join(prefix, "local", "bin")]
     print(f"installed {REQUIREMENTS} in {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
-    return {**env, "PYTHONPATH": os.pathsep.join(path), "PATH": os.pathsep.join([*scripts, env.get("PATH", "")])}, prefix, None
+    return {**env, "PYTHONPATH": os.pathsep.join(path), "PATH": os.pathsep.join([os.path.join(venv, "bin"), env.get("PATH", "")])}, venv, None
 
 
 RESUME_FROM_ENV = "TRAINING_RESUME_FROM"  # trainctl submit --resume-from: another job's checkpoint directory
 
 
-def deps_failed(problem: str) -> int:
-    """The one marker line (also the container's termination message) and the distinct exit code."""
+def deps_failed(problem: str, code: int = DEPS_FAILED) -> int:
+    """The one marker line (also the container's termination message) and the exit code."""
     message = f"{DEPS_FAILED_TEXT}: {problem}"
     print(f"{DEPS_MARKER} {message}", file=sys.stderr, flush=True)
     try:
@@ -244,7 +276,7 @@ def deps_failed(problem: str) -> int:
             fh.write(message)
     except OSError:
         pass
-    return DEPS_FAILED
+    return code
 
 
 def worker(argv: list[str]) -> int:
@@ -282,7 +314,7 @@ def main(argv: list[str]) -> int:
         return 3
     env, prefix, problem = install_requirements(dict(os.environ), os.path.dirname(os.path.abspath(__file__)))
     if env is None:
-        return deps_failed(problem or "?")
+        return deps_failed(*(problem or ("?", DEPS_FAILED)))
     try:
         return run_command(argv, env)
     finally:
