@@ -69,6 +69,9 @@ class S3Access(Section):
     bucket: str | None = opt(None, "the S3 bucket (required), such as vision-datasets", check=SchemaCheck(lambda v: bucket_problem(v), {"pattern": _BUCKET_RE.pattern}))
     prefix: str | None = opt(None, "a folder of the bucket, ending with '/' (such as datasets/imagenet/): the jobs may use only keys under it; unset = the whole bucket", check=SchemaCheck(lambda v: prefix_problem(v), {"pattern": _S3_PREFIX_RE.pattern, "maxLength": S3_PREFIX_MAX}))
     access: Literal["read", "readwrite"] = opt("read", "read: list and get objects; readwrite: also put and delete them (multipart uploads included)")
+    cross_account: Bool = opt(
+        False, "the bucket belongs to another AWS account (whose bucket policy must also allow the team's role); unset = the grant holds only while the bucket is the stack's own account's (s3:ResourceAccount)"
+    )
 
     def problems(self, path: str) -> Iterator[ConfigError]:
         if self.bucket is None:
@@ -93,7 +96,7 @@ class TenantSettings(Section):
     )
     s3: list[S3Access] = opt(
         [],
-        f"S3 buckets or folders the team's jobs may use (at most {S3_GRANTS_MAX}): objects with bucket, optional prefix, access read or readwrite; the team gets an IAM role with exactly these "
+        f"S3 buckets or folders the team's jobs may use (at most {S3_GRANTS_MAX}): objects with bucket, optional prefix, access read or readwrite, crossAccount (default false: only while the bucket is the stack's account's); the team gets an IAM role with exactly these "
         "grants, associated (EKS Pod Identity) with its jobs' service account (docs/teams-aws-access.md); empty = no AWS identity",
     )
 
@@ -102,6 +105,9 @@ class TenantSettings(Section):
             yield ConfigError(f"{path}.gpuQuota", None, "required: the GPUs the team is guaranteed, an integer >= 1")
         if _unique(self.principal_arns):
             yield ConfigError(f"{path}.principalArns", self.principal_arns, "allowed: a list without duplicates")
+        mixed = sorted({g.bucket for g in self.s3 if g.bucket is not None and {h.cross_account for h in self.s3 if h.bucket == g.bucket} == {True, False}})
+        if mixed:
+            yield ConfigError(f"{path}.s3", mixed, "each bucket's entries must agree on crossAccount (a bucket belongs to one account)")
         if len(self.s3) > S3_GRANTS_MAX:
             yield ConfigError(f"{path}.s3", len(self.s3), f"allowed: at most {S3_GRANTS_MAX} entries (the role's inline policy must stay under IAM's 10,240 characters); grant a common folder instead")
         seen: dict[tuple[str, str], int] = {}

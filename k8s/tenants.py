@@ -47,9 +47,11 @@ class Tenants(pulumi.ComponentResource):
         provider: kube.Provider,
         tags: dict[str, str],
         image: pulumi.Input[str] | None = None,
+        pod_identity_agent: pulumi.Resource | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ):
-        """``image``: the platform's training image (``<repo>@<digest>``), published to teams."""
+        """``image``: the platform's training image (``<repo>@<digest>``), published to teams.
+        ``pod_identity_agent``: the EKS add-on the teams' Pod Identity associations wait for."""
         super().__init__("training-platform:k8s:Tenants", name, None, opts)
         self._s = settings
         self._storage = storage
@@ -89,7 +91,7 @@ class Tenants(pulumi.ComponentResource):
             if tenant.s3:  # the team's AWS identity: a role with its S3 grants, for its jobs' service account
                 self.identities[team] = TeamIdentity(
                     f"{name}-{team}-identity", cluster_name=settings.cluster_name, eks_cluster_name=cluster.eks_cluster.eks_cluster.name, region=settings.region, team=team,
-                    namespace=ns_name, grants=tenant.s3, tags=tags, opts=pulumi.ResourceOptions(parent=self),
+                    namespace=ns_name, grants=tenant.s3, tags=tags, pod_identity_agent=pod_identity_agent, opts=pulumi.ResourceOptions(parent=self),
                 )
             self._checkpoint_volume(team, ns_name, ns, dirs_ready)
             if kueue is not None:

@@ -21,6 +21,7 @@ from k8s.builders import tenants as tn
 from tests.conftest import dev_config, objects, run_config
 from tests.iam_eval import Request, identity_allowed
 from tests.test_tenants import TWO_TEAMS
+from tools.mock_runtime import ACCOUNT as MOCK_ACCOUNT
 
 ROLE = "aws:iam/role:Role"
 ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
@@ -100,13 +101,18 @@ def test_the_whole_config_refuses_bad_grants_naming_each(tmp_path):
 # --- the role's policy, judged by IAM's evaluation rules ----------------------------------------
 
 
-def s3(action: str, bucket: str, key: str | None = None, *, prefix: str | None = None) -> Request:
+OWN = "210987654321"
+"""The stack's account in these tests (s3_access_policy's ``account``)."""
+
+
+def s3(action: str, bucket: str, key: str | None = None, *, prefix: str | None = None, owner: str = OWN) -> Request:
+    """A request on ``bucket``, which belongs to ``owner`` (the request's s3:ResourceAccount)."""
     resource = f"arn:aws:s3:::{bucket}" + (f"/{key}" if key is not None else "")
-    return Request(principal=None, action=action, resource=resource, context={"s3:prefix": prefix} if prefix is not None else {})
+    return Request(principal=None, action=action, resource=resource, context={"s3:ResourceAccount": owner, **({"s3:prefix": prefix} if prefix is not None else {})})
 
 
 def test_the_policy_allows_exactly_the_teams_folders_and_access():
-    policy = s3_access_policy(grants(VISION_S3))
+    policy = s3_access_policy(grants(VISION_S3), account=OWN)
     allowed = lambda r: identity_allowed(policy, r)  # noqa: E731
     # its own folders
     assert allowed(s3("s3:GetObject", "vision-datasets", "imagenet/train/0001.jpg"))
@@ -134,8 +140,8 @@ def test_the_policy_allows_exactly_the_teams_folders_and_access():
 
 def test_two_teams_policies_keep_to_their_own_prefixes_in_one_shared_bucket():
     shared = "shared-training-data"
-    vision = s3_access_policy(grants([{"bucket": shared, "prefix": "vision/", "access": "readwrite"}]))
-    nlp = s3_access_policy(grants([{"bucket": shared, "prefix": "nlp/"}]))
+    vision = s3_access_policy(grants([{"bucket": shared, "prefix": "vision/", "access": "readwrite"}]), account=OWN)
+    nlp = s3_access_policy(grants([{"bucket": shared, "prefix": "nlp/"}]), account=OWN)
     assert identity_allowed(vision, s3("s3:PutObject", shared, "vision/a.bin")) and not identity_allowed(vision, s3("s3:GetObject", shared, "nlp/a.bin"))
     assert identity_allowed(nlp, s3("s3:GetObject", shared, "nlp/a.bin")) and not identity_allowed(nlp, s3("s3:GetObject", shared, "vision/a.bin"))
     assert not identity_allowed(nlp, s3("s3:ListBucket", shared, prefix="vision/"))
@@ -143,20 +149,20 @@ def test_two_teams_policies_keep_to_their_own_prefixes_in_one_shared_bucket():
 
 
 def test_a_whole_bucket_grant_lists_without_a_condition_and_reads_every_key():
-    policy = s3_access_policy(grants([{"bucket": "vision-datasets"}]))
+    policy = s3_access_policy(grants([{"bucket": "vision-datasets"}]), account=OWN)
     assert identity_allowed(policy, s3("s3:ListBucket", "vision-datasets")) and identity_allowed(policy, s3("s3:GetObject", "vision-datasets", "any/key"))
     assert not identity_allowed(policy, s3("s3:GetObject", "vision-datasets-2", "any/key"))
     assert not identity_allowed(policy, s3("s3:PutObject", "vision-datasets", "any/key"))
 
 
 def test_the_policy_names_only_object_reads_writes_and_listing_in_the_region_partition():
-    policy = s3_access_policy(grants(VISION_S3), partition="aws-cn")
+    policy = s3_access_policy(grants(VISION_S3), account=OWN, partition="aws-cn")
     actions = {a for s in policy["Statement"] for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
     assert actions == {"s3:ListBucket", *READ_ACTIONS, *WRITE_ACTIONS}
     assert all(r.startswith("arn:aws-cn:s3:::") for s in policy["Statement"] for r in ([s["Resource"]] if isinstance(s["Resource"], str) else s["Resource"]))
     assert not any("*" in r.split(":::")[1].split("/")[0] for s in policy["Statement"] for r in ([s["Resource"]] if isinstance(s["Resource"], str) else s["Resource"]))
     with pytest.raises(ValueError):
-        s3_access_policy([])
+        s3_access_policy([], account=OWN)
 
 
 def test_the_largest_policy_the_config_allows_fits_iams_inline_limit():
@@ -166,7 +172,7 @@ def test_the_largest_policy_the_config_allows_fits_iams_inline_limit():
     one_bucket = [{"bucket": "b" * 63, "prefix": f"{i}" + "p" * (S3_PREFIX_MAX - 2) + "/", "access": "readwrite"} for i in range(S3_GRANTS_MAX)]
     for raw in (worst, one_bucket):
         assert problems(raw) == []
-        text = json.dumps(s3_access_policy(grants(raw), partition="aws-us-gov"), separators=(",", ":"))
+        text = json.dumps(s3_access_policy(grants(raw), account=OWN, partition="aws-us-gov"), separators=(",", ":"))
         assert len(re.sub(r"\s", "", text)) <= 10_240
 
 
@@ -197,10 +203,12 @@ def test_the_plan_has_the_teams_role_policy_and_association_for_its_namespace_an
     assert trust["Statement"] == [{"Effect": "Allow", "Principal": {"Service": "pods.eks.amazonaws.com"}, "Action": ["sts:AssumeRole", "sts:TagSession"]}]
     (policy,) = [r for r in run.by_type(ROLE_POLICY) if r.parent == component.urn]
     assert policy.inputs["name"] == POLICY_NAME
-    assert json.loads(policy.inputs["policy"]) == s3_access_policy(grants(VISION_S3))
+    assert json.loads(policy.inputs["policy"]) == s3_access_policy(grants(VISION_S3), account=MOCK_ACCOUNT)  # the stack's account (getCallerIdentity)
     (assoc,) = [r for r in run.by_type(ASSOCIATION) if r.parent == component.urn]
     assert (assoc.inputs["namespace"], assoc.inputs["serviceAccount"]) == ("vision", tn.TEAM_SERVICE_ACCOUNT)
     assert policy.urn in assoc.depends_on  # credentials only once the role holds its grants
+    (agent,) = [r for r in run.registrations if r.type == "aws:eks/addon:Addon" and r.inputs.get("addonName") == "eks-pod-identity-agent"]
+    assert agent.urn in assoc.depends_on  # and once the agent that hands them out runs (as the other associations)
     # nlp lists no buckets: no role, no association
     assert not [r for r in run.by_type(ASSOCIATION) if r.inputs.get("namespace") == "nlp"]
     assert len([r for r in run.registrations if r.type == "training-platform:infra:TeamIdentity"]) == 1
@@ -289,3 +297,36 @@ def test_the_shipped_teams_stack_gives_vision_its_identity_and_nlp_none():
 def run_cluster_name(run) -> str:
     (cluster,) = [r for r in run.registrations if r.type == "eks:index:Cluster"]
     return cluster.inputs["name"]
+
+
+# --- the bucket's owner (s3:ResourceAccount) -------------------------------------------------------------
+
+
+def test_every_statement_holds_only_for_buckets_of_the_stacks_account():
+    """A bucket of the same name in another account (S3 names are global) is nothing to the team."""
+    policy = s3_access_policy(grants(VISION_S3), account=OWN)
+    assert all(st["Condition"]["StringEquals"] == {"s3:ResourceAccount": OWN} for st in policy["Statement"])
+    other = "999988887777"
+    assert identity_allowed(policy, s3("s3:GetObject", "vision-datasets", "imagenet/a.jpg"))
+    assert not identity_allowed(policy, s3("s3:GetObject", "vision-datasets", "imagenet/a.jpg", owner=other))
+    assert not identity_allowed(policy, s3("s3:ListBucket", "vision-datasets", prefix="imagenet/", owner=other))
+    assert identity_allowed(policy, s3("s3:PutObject", "vision-results", "runs/a.pt"))
+    assert not identity_allowed(policy, s3("s3:PutObject", "vision-results", "runs/a.pt", owner=other))
+    whole = s3_access_policy(grants([{"bucket": "vision-datasets"}]), account=OWN)
+    assert identity_allowed(whole, s3("s3:ListBucket", "vision-datasets")) and not identity_allowed(whole, s3("s3:ListBucket", "vision-datasets", owner=other))
+
+
+def test_a_cross_account_grant_is_not_held_to_the_stacks_account_and_only_it():
+    raw = [{"bucket": "partner-data", "prefix": "shared/", "crossAccount": True}, *VISION_S3]
+    policy = s3_access_policy(grants(raw), account=OWN)
+    other = "999988887777"
+    assert identity_allowed(policy, s3("s3:GetObject", "partner-data", "shared/a.bin", owner=other))
+    assert identity_allowed(policy, s3("s3:ListBucket", "partner-data", prefix="shared/", owner=other))
+    assert not identity_allowed(policy, s3("s3:PutObject", "partner-data", "shared/a.bin", owner=other))  # read is still read
+    assert not identity_allowed(policy, s3("s3:GetObject", "vision-datasets", "imagenet/a.jpg", owner=other))  # the others keep the condition
+    assert grants([{"bucket": "b-data"}])[0].cross_account is False
+
+
+def test_one_buckets_grants_agree_on_cross_account():
+    (line,) = problems([{"bucket": "shared-data", "prefix": "a/"}, {"bucket": "shared-data", "prefix": "b/", "crossAccount": True}])
+    assert "tenants.vision.s3" in line and "crossAccount" in line and "\n" not in line
