@@ -120,7 +120,8 @@ BYPASS = {
     "drop-queue-label": lambda c, ns, other: _patch(c, *TRAINJOB, "held", ns, {"metadata": {"labels": {QUEUE_LABEL: None}}}),
     "trainjob-status": lambda c, ns, other: c.request("PATCH", c.path(*TRAINJOB, "held", ns) + "/status", body={"status": {}}, content_type=MERGE),
     "ephemeral-container": lambda c, ns, other: c.request("PATCH", c.path("v1", "Pod", "any", ns) + "/ephemeralcontainers", body={"spec": {"ephemeralContainers": [{"name": "d", "image": "busybox"}]}}, content_type="application/strategic-merge-patch+json"),
-    "exec": lambda c, ns, other: c.request("POST", c.path("v1", "Pod", "any", ns) + "/exec", params={"command": "sh", "stdout": "true"}),
+    # exec into its own pods is a team's debugging right (docs/debugging.md); into another team's, never
+    "exec-other-team": lambda c, ns, other: c.request("POST", c.path("v1", "Pod", "any", other) + "/exec", params={"command": "sh", "stdout": "true"}),
     "evict": lambda c, ns, other: c.request("POST", c.path("v1", "Pod", "any", ns) + "/eviction", body={"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "any", "namespace": ns}}),
 }
 
@@ -198,10 +199,11 @@ def test_gateway_objects_are_forbidden_where_the_cluster_serves_them(teams, team
 
 
 @pytest.mark.parametrize("team", TEAMS)
-def test_rbac_grants_a_team_no_write_but_its_trainjobs_and_configmaps(teams, team):
+def test_rbac_grants_a_team_no_write_but_its_trainjobs_configmaps_secrets_and_exec(teams, team):
     """The class, not only its members: the team's own rules, as the API server resolves them
     (SelfSubjectRulesReview), allow writing nothing in its namespace but TrainJobs and ConfigMaps,
-    and nothing at all in the other team's."""
+    its jobs' Secrets (write-only: admission decides which creates and deletes) and exec into its
+    pods, and nothing at all in the other team's."""
     up, clients = teams
     read = {"get", "list", "watch"}
 
@@ -212,7 +214,10 @@ def test_rbac_grants_a_team_no_write_but_its_trainjobs_and_configmaps(teams, tea
         # what every authenticated user may ask about itself (system:basic-user)
         return {w for w in out if w[0] not in ("authorization.k8s.io", "authentication.k8s.io")}
 
-    assert writes(team) == {("trainer.kubeflow.org", "trainjobs", "create"), ("trainer.kubeflow.org", "trainjobs", "delete"), ("", "configmaps", "create"), ("", "configmaps", "delete")}
+    assert writes(team) == {
+        ("trainer.kubeflow.org", "trainjobs", "create"), ("trainer.kubeflow.org", "trainjobs", "delete"), ("", "configmaps", "create"), ("", "configmaps", "delete"),
+        ("", "secrets", "create"), ("", "secrets", "update"), ("", "secrets", "delete"), ("", "pods/exec", "create"),
+    }
     assert writes(OTHER[team]) == set()
     assert writes("training") == set()
 
