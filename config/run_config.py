@@ -20,7 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
+from config import trainjob_names
 from config.effect_rules import job_args_problems, job_guard_problems
+from config.infra_models import TORCH_HF_RUNTIME
 from config.job_models import JobBase, TrainJobsSettings
 from config.schema import ConfigError, ConfigErrors, unknown_key_hint, validate_section
 from config.settings import start_minutes_for
@@ -35,9 +37,6 @@ JOB_MODELS: dict[str, type[JobBase]] = {cast(str, f.alias): cast(type[JobBase], 
 _STACK_REF_RE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$", re.ASCII)
 
 
-# TrainJob names: RFC 1035 labels of at most 63 characters (the Trainer's CRD, kubeflow/trainer v2.3.0 trainjob_types.go)
-_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$", re.ASCII)
-NAME_MAX = 63
 
 
 @dataclass(frozen=True)
@@ -91,8 +90,10 @@ def load_run(raw: Mapping[str, Any], *, stack: str, base_names: Mapping[str, str
             path = f"{RUN_PROJECT}:{key}"
             errors += [*job_guard_problems(path, job, 60 * start_minutes_for([job])), *job_args_problems(path, job)]
     name = run_name(base_names[jobs[0]], stack) if len(jobs) == 1 else ""
-    if name and not (_NAME_RE.fullmatch(name) and len(name) <= NAME_MAX):
-        errors.append(ConfigError("pulumi:stack", stack, f"the run's TrainJob would be named {name!r}; allowed: a stack name of lowercase letters, digits and '-' (a TrainJob name is an RFC 1035 label of at most {NAME_MAX} characters)"))
+    nodes = job.num_nodes if job is not None else 1
+    initializers = JOB_MODELS[jobs[0]].RUNTIME == TORCH_HF_RUNTIME if len(jobs) == 1 else False
+    if name and (why := trainjob_names.name_problem(name, nodes, initializers=initializers)) is not None:
+        errors.append(ConfigError("pulumi:stack", stack, f"the run's TrainJob would be named {name!r} ({len(name)} characters); {why}; a shorter stack name of lowercase letters, digits and '-'"))
     if errors:
         raise ConfigErrors(errors)
     assert job is not None and isinstance(platform, str)

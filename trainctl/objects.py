@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import versions
-from config import catalog, job_env
+from config import catalog, job_env, trainjob_names
 from config.schema import problems_of, repaired_section, validate_section
 from config.settings import AZ_RE, DNS_LABEL_RE, KUEUE_INCOMPATIBLE_TRAINERS, TF_RUNTIME, TORCH_RUNTIME, JobBase, TrainerSettings
 from k8s.builders import trainer_api
@@ -42,7 +42,8 @@ TRAINCTL_KIND = "trainctl"
 DEFAULT_INSTANCE_TYPE = "g5.xlarge"
 """``--instance-type`` where the cluster publishes no facts (k8s/builders/platform_facts.py) to take it from."""
 DEPS_TIMEOUT_MIN, DEPS_TIMEOUT_MAX = 10, 7200  # --deps-timeout: pip's own socket timeout is 15 s; two hours is a build, not an install
-# TrainJob names: the CRD's CEL rules (kubeflow/trainer v2.3.0 trainjob_types.go: RFC 1035 label, at most 63)
+# TrainJob names: the CRD's CEL rules (kubeflow/trainer v2.3.0 trainjob_types.go: RFC 1035 label, at most 63);
+# a job that runs has a shorter one (config/trainjob_names.py: its JobSet's pod names must fit 63)
 _NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$", re.ASCII)
 NAME_MAX = 63
 
@@ -98,7 +99,8 @@ def job_shape_problems(req: Request) -> list[str]:
 
 
 def name_problem(name: str) -> str | None:
-    """Why ``name`` is not a TrainJob name (the rule of ``--name``), or None."""
+    """Why ``name`` is not a TrainJob name at all (a local job's directory), or None; what
+    ``--name`` may be: :func:`config.trainjob_names.name_problem`."""
     if _NAME_RE.fullmatch(name) and len(name) <= NAME_MAX:
         return None
     return f"allowed: a lowercase RFC 1035 label (a letter first, then letters, digits, '-'), at most {NAME_MAX} characters"
@@ -120,9 +122,9 @@ def problems(req: Request) -> list[str]:
     if not DNS_LABEL_RE.fullmatch(req.namespace):
         problems.append(f"--namespace {req.namespace!r} is not a namespace name (a DNS label such as vision)")
     problems += job_shape_problems(req)
-    if req.name is not None and (why := name_problem(req.name)) is not None:
+    if req.name is not None and (why := trainjob_names.name_problem(req.name, max(req.nodes, 1))) is not None:
         problems.append(f"--name {req.name!r}: {why}")
-    if req.resume_from is not None and (why := name_problem(req.resume_from)) is not None:
+    if req.resume_from is not None and (why := trainjob_names.name_problem(req.resume_from, 1)) is not None:  # any job that ran: 1 node at least
         problems.append(f"--resume-from {req.resume_from!r}: {why} (the name of the job whose checkpoints to start from)")
     elif req.resume_from is not None and req.resume_from == req.name:
         problems.append(f"--resume-from {req.resume_from}: the job's own name; a job resumes from its own checkpoints without it")
@@ -286,15 +288,17 @@ def with_launcher(bundle: CodeBundle) -> CodeBundle:
     return replace(bundle, files={**bundle.files, **shipped}, paths={**bundle.paths, **{name: name for name in shipped}})
 
 
-def default_name(bundle: CodeBundle) -> str:
+def default_name(bundle: CodeBundle, num_nodes: int = 1) -> str:
     """The code directory's name as a TrainJob name (an RFC 1035 label: lowercase, runs of other
-    characters as one ``-``, a letter first, at most 63 characters; ``job`` when nothing is left).
+    characters as one ``-``, a letter first; ``job`` when nothing is left), shortened with a hash
+    of the whole when it is longer than a job of ``num_nodes`` nodes may be named
+    (:func:`config.trainjob_names.name_max`).
     Not the code's hash: a fixed job keeps its name, so its checkpoint directory
     ``/mnt/checkpoints/<name>`` (:data:`tj.CHECKPOINT_DIR_ENV`) and resumes from it."""
     base = re.sub(r"[^a-z0-9-]+", "-", bundle.root.resolve().name.lower())
     base = re.sub(r"^[^a-z]+", "", base)
-    base = re.sub(r"-+", "-", base[:NAME_MAX]).strip("-")
-    return base or "job"
+    base = re.sub(r"-+", "-", base).strip("-")
+    return trainjob_names.fit_name(base, trainjob_names.name_max(max(num_nodes, 1))) if base else "job"
 
 
 def dependencies(req: Request, bundle: CodeBundle) -> tj.Dependencies | None:
@@ -336,7 +340,7 @@ def build(req: Request, bundle: CodeBundle) -> tuple[dict, dict]:
     check(req)
     bundle = with_launcher(bundle)
     platform = platform_for(req)
-    name = req.name or default_name(bundle)
+    name = req.name or default_name(bundle, req.nodes)
     if req.resume_from == name:
         raise SubmitError(f"--resume-from {name}: the job's own name (the code dir's); a job resumes from its own checkpoints without it")
     workload = tj.Workload(key=TRAINCTL_KIND, kind=TRAINCTL_KIND, name=name, program="", runtime=RUNTIMES[req.runtime], settings=JobBase, tiny_profile=())
