@@ -189,3 +189,13 @@ def test_a_kube_api_without_kueue_has_no_workloads_but_a_refusal_is_not_none(api
         assert str(err) == f"not allowed: list workloads in {NS} (ask the platform team)"
     else:
         raise AssertionError("a 403 must not read as no workloads")
+
+
+def test_a_refusal_keeps_whom_the_api_server_refused():
+    """The portal answers a 403 with the user the API server judged (its impersonated user), never a guess of its own."""
+    from kubernetes.client.exceptions import ApiException
+
+    err = ApiException(status=403, reason="Forbidden")
+    err.body = json.dumps(_status(403, "Forbidden", 'trainjobs.trainer.kubeflow.org "x" is forbidden: User "portal:nlp" cannot get resource "trainjobs" in API group "trainer.kubeflow.org" in the namespace "vision"'))
+    found = not_allowed(err)
+    assert found is not None and found.user == "portal:nlp" and str(found) == "not allowed: get trainjobs in vision (ask the platform team)"

@@ -54,8 +54,9 @@ class NotAllowed(ClusterError):
     """The API server refused a read (HTTP 403): one line naming the verb, the resource and the
     namespace, so a refusal never reads as "none"."""
 
-    def __init__(self, verb: str, resource: str, namespace: str | None):
+    def __init__(self, verb: str, resource: str, namespace: str | None, user: str | None = None):
         self.verb, self.resource, self.namespace = verb, resource, namespace
+        self.user = user  # whom the API server refused, as its message names them (the portal's impersonated user)
         where = f"in {namespace}" if namespace else "at the cluster scope"
         super().__init__(f"not allowed: {verb} {resource} {where} (ask the platform team)")
 
@@ -64,6 +65,7 @@ class NotAllowed(ClusterError):
 # errors.go forbiddenMessage): 'User "u" cannot <verb> resource "<resource>[/<sub>]" in API group
 # "<group>" in the namespace "<ns>"' or '... at the cluster scope'.
 _FORBIDDEN = re.compile(r'cannot (\S+) resource "([^"]+)" in API group "[^"]*"(?: in the namespace "([^"]+)")?')
+_REFUSED_USER = re.compile(r'User "([^"]+)" cannot ')
 
 
 def not_allowed(err: BaseException, verb: str | None = None, resource: str | None = None, namespace: str | None = None) -> NotAllowed | None:
@@ -71,10 +73,12 @@ def not_allowed(err: BaseException, verb: str | None = None, resource: str | Non
     namespace as the caller names them, else as the API server's message names them."""
     if status_of(err) != 403:
         return None
-    found = _FORBIDDEN.search(api_message(err))
+    message = api_message(err)
+    found = _FORBIDDEN.search(message)
     if found:
         verb, resource, namespace = verb or found.group(1), resource or found.group(2), namespace or found.group(3)
-    return NotAllowed(verb or "read", resource or "this", namespace)
+    user = _REFUSED_USER.search(message)
+    return NotAllowed(verb or "read", resource or "this", namespace, user.group(1) if user else None)
 
 
 def unreachable(err: BaseException) -> str:

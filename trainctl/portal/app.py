@@ -16,7 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from kubernetes import client
 
-from trainctl.kube import ClusterError
+from trainctl.kube import ClusterError, NotAllowed
 from trainctl.portal.backend import Backend
 from trainctl.portal.guard import CALLER_KEY, BodyTooLarge, Guard
 from trainctl.portal.identity import OIDC_HEADER, AlbIdentity, Caller, TeamLogin, Unauthorized, bearer
@@ -117,7 +117,10 @@ def create_app(base: client.Configuration | None, settings: Settings, *, alb_key
 
     @app.exception_handler(ClusterError)
     async def _cluster(request: Request, err: ClusterError):  # noqa: ARG001
-        return JSONResponse({"problems": [{"field": "cluster", "problem": str(err)}]}, status_code=_status_of(err))
+        problem: dict[str, str] = {"field": "cluster", "problem": str(err)}
+        if isinstance(err, NotAllowed) and err.user:
+            problem["refused_as"] = err.user  # the API server judged the caller as this (impersonated) user
+        return JSONResponse({"problems": [problem]}, status_code=_status_of(err))
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, err: RequestValidationError):  # noqa: ARG001
