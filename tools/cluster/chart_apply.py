@@ -204,13 +204,20 @@ def _apply(client: Client, obj: dict, out: Applied) -> None:
         out.dry_run[label(obj)] = f"it exists already, made by {', '.join(sorted(_managers(live))) or 'someone else'}: judged by a dry run, left as it is"
         out.problems += _dry_run(client, obj)
         return
+    live = _applied(client, obj, out)
+    if live is not None:
+        out.problems += [f"{label(obj)}: {d}" for d in differences({k: v for k, v in obj.items() if k != "status"}, live)]
+
+
+def _applied(client: Client, obj: dict, out: Applied) -> dict | None:
+    """``obj`` applied as Helm's field manager (recorded in ``out``), or None with the refusal recorded."""
     try:
         live = client.apply(obj, manager=HELM_MANAGER)
     except ApiError as err:
         out.problems.append(f"{label(obj)}: refused by the API server (HTTP {err.status}): {err}")
-        return
+        return None
     out.objects.append(obj)
-    out.problems += [f"{label(obj)}: {d}" for d in differences({k: v for k, v in obj.items() if k != "status"}, live)]
+    return live
 
 
 def _install_crd(client: Client, obj: dict, out: Applied, timeout_s: float = 60) -> None:
@@ -219,12 +226,9 @@ def _install_crd(client: Client, obj: dict, out: Applied, timeout_s: float = 60)
     (helm.sh/helm/v3 v3.20.2 pkg/action/install.go installCRDs: Create, then Wait(..., 60*time.Second))."""
     import time
 
-    try:
-        live = client.apply(obj, manager=HELM_MANAGER)
-    except ApiError as err:
-        out.problems.append(f"{label(obj)}: refused by the API server (HTTP {err.status}): {err}")
+    live = _applied(client, obj, out)
+    if live is None:
         return
-    out.objects.append(obj)
     deadline = time.monotonic() + timeout_s
     while not any(c.get("type") == "Established" and c.get("status") == "True" for c in (live.get("status") or {}).get("conditions") or []):
         if time.monotonic() > deadline:
