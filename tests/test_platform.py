@@ -210,3 +210,13 @@ def test_vpc_flow_logs_on_by_default_scoped_and_can_be_turned_off():
     assert all(r.startswith("arn:aws:logs:") for r in policy["Statement"][0]["Resource"])
     off = run_config(dev_config(network={"flowLogRetentionDays": 0}))
     assert not off.by_type("aws:ec2/flowLog:FlowLog")
+
+
+def test_the_mock_runtime_runs_where_asyncio_run_left_the_thread_no_event_loop():
+    """asyncio.run (an ASGI test, a script) ends by unsetting the thread's loop; the render must not care."""
+    import asyncio
+
+    from tools.mock_runtime import run_program
+
+    asyncio.run(asyncio.sleep(0))
+    assert run_program(PROJECT, "dev").registrations

@@ -67,7 +67,11 @@ def _raw(app, method: str, path: str, headers: dict[str, str], chunks: list[byte
 
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "",
              "query_string": b"", "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()], "client": ("10.0.0.1", 1), "server": ("portal", 8080)}
-    asyncio.run(app(scope, receive, send))
+    loop = asyncio.new_event_loop()  # its own loop: asyncio.run would leave the thread without one (Pulumi's mocks use the current loop)
+    try:
+        loop.run_until_complete(app(scope, receive, send))
+    finally:
+        loop.close()
     start = next(m for m in sent if m["type"] == "http.response.start")
     body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
     return start["status"], json.loads(body), read

@@ -16,6 +16,7 @@ This is the one harness behind ``make render`` and the tests. It uses
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -439,6 +440,17 @@ def stack_config_of(project_dir: str, stack: str) -> dict[str, str]:
     return _config_map(project, project_file, load_stack_file(os.path.join(project_dir, f"Pulumi.{stack}.yaml"), project=project))[0]
 
 
+def _ensure_event_loop() -> None:
+    """Pulumi's mocks run on the thread's current event loop (asyncio.get_event_loop): give the
+    thread a new one where an earlier asyncio.run or a closed loop left none."""
+    try:
+        usable = not asyncio.get_event_loop().is_closed()
+    except RuntimeError:  # no current event loop in this thread
+        usable = False
+    if not usable:
+        asyncio.set_event_loop(asyncio.new_event_loop())
+
+
 def run_program(project_dir: str, stack: str, stack_config: dict | None = None, main: str | None = None, caller_arn: str | None = None, ssm_parameters: dict[str, str] | None = None,
                 stack_outputs: dict[str, dict] | None = None) -> ProgramRun:
     """Run ``__main__.py`` of the project for ``stack`` under mocks; return what it registered.
@@ -460,6 +472,7 @@ def run_program(project_dir: str, stack: str, stack_config: dict | None = None, 
     if stack_outputs is None:  # rendered before this program starts: the mock runtime is process-global
         stack_outputs = {name: run_program(d, s).outputs for name, (d, s) in stack_refs.referenced_stacks(config).items()}
 
+    _ensure_event_loop()
     monitor = RecordingMonitor(PlanMocks(region, caller_arn, ssm_parameters, stack_outputs))
     psettings.ROOT.set(None)
     pulumi.runtime.set_all_config(config, secret_keys)
