@@ -17,6 +17,7 @@ This is the one harness behind ``make render`` and the tests. It uses
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -441,22 +442,18 @@ def stack_config_of(project_dir: str, stack: str) -> dict[str, str]:
 
 
 def _ensure_event_loop() -> None:
-    """Pulumi's mocks run on the thread's current event loop (asyncio.get_event_loop): give the
-    thread a new one where an earlier asyncio.run or a closed loop left none."""
-    try:
-        usable = not asyncio.get_event_loop().is_closed()
-    except RuntimeError:  # no current event loop in this thread
-        usable = False
-    if not usable:
-        asyncio.set_event_loop(asyncio.new_event_loop())
+    """Pulumi's mocks run on the thread's current loop: a new one where asyncio.run or a close left none."""
+    with contextlib.suppress(RuntimeError):  # RuntimeError: no current event loop in this thread
+        if not asyncio.get_event_loop().is_closed():
+            return
+    asyncio.set_event_loop(asyncio.new_event_loop())
 
 
 def run_program(project_dir: str, stack: str, stack_config: dict | None = None, main: str | None = None, caller_arn: str | None = None, ssm_parameters: dict[str, str] | None = None,
                 stack_outputs: dict[str, dict] | None = None) -> ProgramRun:
     """Run ``__main__.py`` of the project for ``stack`` under mocks; return what it registered.
 
-    ``stack_config`` replaces ``Pulumi.<stack>.yaml`` (tests use it for other configurations);
-    ``caller_arn`` is the identity ``aws.getCallerIdentity`` answers with (the deployer);
+    ``stack_config`` replaces ``Pulumi.<stack>.yaml`` (tests: other configurations); ``caller_arn`` is the identity ``aws.getCallerIdentity`` answers with (the deployer);
     ``ssm_parameters`` are the SSM parameters that exist already (an earlier deploy's);
     ``stack_outputs``: fully qualified stack name -> the outputs a StackReference to it reads (default:
     the stacks of this repository the config names, rendered first: tools/stack_refs.py).

@@ -147,13 +147,7 @@ def run_preflight(env: dict) -> int | None:
     if problem is None:
         return None
     message = f"preflight failed on node {env.get('NODE_NAME', '?')}: {problem}"
-    print(message, file=sys.stderr, flush=True)
-    try:
-        with open("/dev/termination-log", "w") as fh:
-            fh.write(message)
-    except OSError:
-        pass
-    return PREFLIGHT_FAILED
+    return stop_saying(message, message, PREFLIGHT_FAILED)
 
 
 # --- the code directory's requirements.txt, installed before the job's command ----------------
@@ -270,7 +264,13 @@ RESUME_FROM_ENV = "TRAINING_RESUME_FROM"  # trainctl submit --resume-from: anoth
 def deps_failed(problem: str, code: int = DEPS_FAILED) -> int:
     """The one marker line (also the container's termination message) and the exit code."""
     message = f"{DEPS_FAILED_TEXT}: {problem}"
-    print(f"{DEPS_MARKER} {message}", file=sys.stderr, flush=True)
+    return stop_saying(f"{DEPS_MARKER} {message}", message, code)
+
+
+def stop_saying(line: str, message: str, code: int) -> int:
+    """``line`` on stderr and ``message`` as the container's termination message (what the
+    pod's status, and so trainctl status, shows); ``code`` to exit with."""
+    print(line, file=sys.stderr, flush=True)
     try:
         with open("/dev/termination-log", "w") as fh:
             fh.write(message)
