@@ -223,3 +223,36 @@ def test_ci_crd_fetch_list_matches_the_schema_layout(need_schemas):
     present = {str(p.relative_to(v.schemas_dir())) for p in v.schemas_dir().rglob("*.yaml")}
     assert wanted == present
     assert all(url.startswith("https://raw.githubusercontent.com/") and "/main/" not in url for url in fetch_crds.sources().values())
+
+
+def test_no_judge_outlives_the_process_that_started_it(tmp_path):
+    """A run stopped by a signal that skips atexit (a CI timeout's SIGKILL) takes its API server
+    and etcd with it (tools/cluster/procs.py: PR_SET_PDEATHSIG)."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tools.cluster.procs import Proc, alive
+
+    code = "import json, sys, time\nfrom tools.cluster.bare import Judge\nj = Judge(echo=lambda *a, **k: None).start()\nprint(json.dumps([p.__dict__ for p in j.procs.procs]), flush=True)\ntime.sleep(300)\n"
+    root = pathlib.Path(__file__).resolve().parent.parent
+    child = subprocess.Popen([sys.executable, "-c", code], cwd=root, stdout=subprocess.PIPE, text=True)
+    try:
+        procs = [Proc(**p) for p in json.loads(child.stdout.readline())]  # type: ignore[union-attr]
+        assert procs and all(alive(p) for p in procs)
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    deadline = time.monotonic() + 30
+    while any(alive(p) for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = [p for p in procs if alive(p)]
+    for p in left:  # stop what the test started, by pid, before failing
+        os.kill(p.pid, signal.SIGKILL)
+    import shutil
+
+    shutil.rmtree(pathlib.Path(procs[0].log).parent.parent, ignore_errors=True)  # the judge's own temporary directory (its atexit never ran)
+    assert left == []

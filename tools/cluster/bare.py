@@ -52,7 +52,7 @@ class Judge:
         try:
             pkid = self.dir / "pki"
             pki.make(pkid)
-            self.procs = Processes(self.dir)
+            self.procs = Processes(self.dir, die_with_parent=True)  # no judge outlives a killed run
             ports = {name: free_port() for name in ("etcd", "etcd-peer", "kube-apiserver")}
             server = f"https://127.0.0.1:{ports['kube-apiserver']}"
             self.client = start_api_server(self.dir, pkid, self.procs, ports, k8s, etcd, server)

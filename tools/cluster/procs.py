@@ -8,6 +8,7 @@ grace period. Nothing is ever looked up or stopped by name.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import pathlib
@@ -77,10 +78,25 @@ def port_in_use(port: int) -> bool:
     return False
 
 
-class Processes:
-    """The processes recorded in ``<dir>/state.json``."""
+PR_SET_PDEATHSIG = 1  # linux/prctl.h: the signal a process gets when the thread that started it ends
 
-    def __init__(self, directory: pathlib.Path):
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when its starter ends, even by a signal that skips atexit
+    (a test run stopped by a timeout). Linux only; elsewhere a no-op."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
+class Processes:
+    """The processes recorded in ``<dir>/state.json``. ``die_with_parent``: for a cluster that
+    lives only as long as the process using it (the API-server judge), not one that ``make
+    cluster-up`` leaves running for ``make cluster-down``."""
+
+    def __init__(self, directory: pathlib.Path, *, die_with_parent: bool = False):
+        self.die_with_parent = die_with_parent
         self.dir = directory
         self.file = directory / "state.json"
         self.procs: list[Proc] = []
@@ -105,7 +121,8 @@ class Processes:
         log = logs / f"{name}.log"
         with open(log, "ab") as fh, open(os.devnull, "rb") as devnull:
             try:
-                popen = subprocess.Popen(args, stdin=devnull, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=True)
+                popen = subprocess.Popen(args, stdin=devnull, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=True,
+                                         preexec_fn=_die_with_parent if self.die_with_parent else None)
             except OSError as err:
                 raise ProcessError(f"{name}: cannot start {args[0]} ({err.strerror})") from None
         start = _start_time(popen.pid) or ""
