@@ -367,11 +367,16 @@ def test_flex_forward_matches_sdpa_on_cpu(tmp_path, eager_flex, src_len, tgt_len
 
 @pytest.mark.slow
 def test_compiled_flex_forward_on_cpu(tmp_path, monkeypatch):
-    """The module's torch.compile'd flex_attention (inductor's CPU kernel) in inference."""
+    """The module's torch.compile'd flex_attention (inductor's CPU kernel) in inference, compiled
+    in an inductor cache of its own: with a cache another process had written, torch 2.13's
+    cache-hit path once failed in CI inside inductor (``TypeError: sequence item 3: expected str
+    instance, PosixPath found``), which judges torch's cache, not this module's kernel."""
+    from torch._inductor.utils import fresh_cache
+
     monkeypatch.setattr(t5_layers, "_compiled_flex", {})
     model = tm.from_pretrained(str(save_hf(tmp_path, {})))
     ids, mask, labels = batch(20, 9)
-    with torch.no_grad():
+    with torch.no_grad(), fresh_cache(dir=str(tmp_path)):
         want = model(ids, mask, labels)
         model.attention = "flex"
         got = model(ids, mask, labels)
