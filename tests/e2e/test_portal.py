@@ -239,19 +239,28 @@ def test_a_teams_backend_with_its_own_bearer_token_is_judged_by_the_api_server(p
 
 def test_queue_position_falls_back_to_kueues_order_when_the_visibility_api_is_not_served(portal):
     """The local control plane runs Kueue without its visibility API server (tools/cluster/components.py):
-    the position is estimated from the namespace's Workloads by Kueue's ordering, and says so."""
+    the position is estimated from the namespace's Workloads by Kueue's ordering, and says so.
+    queued-b is created a second after queued-a's Workload exists: creation timestamps have a
+    second's resolution, and within one second Kueue's tie-break is the uid (random)."""
     up, c = portal
     bob = alb_header(up, "bob", "nlp")
-    for name in ("queued-a", "queued-b"):
-        assert _create(c, bob, ns="nlp", name=name, nodes=9, gpus=4, cpu=16, memory=64).status_code == 200
+
+    def position(name):
+        return c.get(f"/api/trainjob/{name}/queue", params={"namespace": "nlp"}, headers=bob).json()
+
+    assert _create(c, bob, ns="nlp", name="queued-a", nodes=9, gpus=4, cpu=16, memory=64).status_code == 200
+    wait_for("queued-a's queue position", lambda: position("queued-a")["position"] is not None or None, up, timeout=90)
+    time.sleep(1.1)
+    assert _create(c, bob, ns="nlp", name="queued-b", nodes=9, gpus=4, cpu=16, memory=64).status_code == 200
 
     def both():
-        q = [c.get(f"/api/trainjob/{n}/queue", params={"namespace": "nlp"}, headers=bob).json() for n in ("queued-a", "queued-b")]
-        return q if all(x["position"] is not None for x in q) else None
+        b = position("queued-b")
+        a = position("queued-a")  # after b's: b's Workload exists by then
+        return (a, b) if b["position"] is not None else None
 
     a, b = wait_for("both jobs' queue positions", both, up, timeout=90)
     assert a["estimated"] and "estimated" in a["source"]
-    assert (a["position"], b["position"]) == (0, 1) and b["ahead"] == ["queued-a"]
+    assert (a["position"], b["position"]) == (0, 1) and b["ahead"] == ["queued-a"] and a["ahead"] == []
     for name in ("queued-a", "queued-b"):
         c.delete(f"/api/trainjob/{name}", params={"namespace": "nlp"}, headers={**bob, **JSON})
     json.dumps(a)
