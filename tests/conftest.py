@@ -40,6 +40,17 @@ def _pin_build_caches() -> None:
 _pin_build_caches()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _inductor_cache_of_this_run(tmp_path_factory: pytest.TempPathFactory):
+    """torch.compile's on-disk cache (inductor's) is this run's own, for this process and the
+    training programs the tests start: a cache left by another checkout or torch build once failed
+    inside torch 2.13's cache-hit path in CI; a test judges the code, not what a machine kept."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.mktemp("inductor")))
+    yield
+    mp.undo()
+
+
 def stack_file(stack: str) -> dict:
     return yaml.safe_load((PROJECT / f"Pulumi.{stack}.yaml").read_text())
 
