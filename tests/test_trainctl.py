@@ -218,6 +218,22 @@ def test_bad_input_refused_before_any_request(api, proj, capsys, args, expect):
     assert api.requests == []
 
 
+@pytest.mark.parametrize(("ns", "expect"), [
+    ("kube-system", "not a team's namespace (Kubernetes system components"),
+    ("kubeflow-system", "not a team's namespace (the Kubeflow Trainer controller)"),
+    ("kube-anything", "not a team's namespace (the kube- prefix is Kubernetes' own)"),
+    ("default", "not a team's namespace (the namespace of everything unplaced)"),
+])
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]])
+def test_a_system_namespace_is_refused_dry_run_too(api, proj, capsys, ns, expect, dry_run):
+    """The namespaces the stack's config refuses for jobs (config.job_models.system_namespaces)
+    are refused by trainctl before anything is printed or sent, as the one line of the refusal."""
+    rc, out, err = run(capsys, "submit", *dry_run, "--namespace", ns, "--nodes", "1", str(proj), "--", "python", "train.py")
+    assert rc == 2 and out == "" and err.count("\n") == 1
+    assert f"--namespace {ns}: {expect}" in err and "allowed: your team's namespace" in err
+    assert api.requests == []
+
+
 def test_missing_code_dir_refused(api, tmp_path, capsys):
     rc, out, err = run(capsys, "submit", "--namespace", NS, "--nodes", "2", str(tmp_path / "nope"), "--", "python", "train.py")
     assert rc == 2 and out == "" and err.count("\n") == 1 and "does not exist" in err

@@ -21,6 +21,8 @@ from typing import Any
 
 import versions
 from config import catalog, job_env, trainjob_names
+from config.effect_rules import RESERVED_NAMESPACE_PREFIX
+from config.job_models import system_namespaces
 from config.schema import problems_of, repaired_section, validate_section
 from config.settings import AZ_RE, DNS_LABEL_RE, KUEUE_INCOMPATIBLE_TRAINERS, TF_RUNTIME, TORCH_RUNTIME, JobBase, TrainerSettings
 from k8s.builders import trainer_api
@@ -121,6 +123,10 @@ def problems(req: Request) -> list[str]:
         problems.append(f"unknown runtime {req.runtime!r}; allowed: {', '.join(RUNTIMES)}")
     if not DNS_LABEL_RE.fullmatch(req.namespace):
         problems.append(f"--namespace {req.namespace!r} is not a namespace name (a DNS label such as vision)")
+    elif (what := system_namespaces().get(req.namespace)) is not None or req.namespace.startswith(RESERVED_NAMESPACE_PREFIX):
+        # the namespaces the stack's config refuses for jobs (config/effect_rules.py): refused before the dry run prints a job there
+        held = what or f"the {RESERVED_NAMESPACE_PREFIX} prefix is Kubernetes' own"
+        problems.append(f"--namespace {req.namespace}: not a team's namespace ({held}); allowed: your team's namespace")
     problems += job_shape_problems(req)
     if req.name is not None and (why := trainjob_names.name_problem(req.name, max(req.nodes, 1))) is not None:
         problems.append(f"--name {req.name!r}: {why}")
@@ -229,12 +235,18 @@ def with_facts(req: Request, facts: dict[str, Any] | None, *, instance_type_give
     return replace(req, **changes) if changes else req
 
 
-def efa_image_warning(req: Request, facts: dict[str, Any] | None) -> str | None:
+def efa_image_warning(req: Request, facts: dict[str, Any] | None, *, dry_run: bool = False) -> str | None:
     """A warning (not a refusal) for an EFA job on an image of its own that is not the platform's
     training image, the one known to carry EFA's software (workloads/Dockerfile installs libfabric
     and aws-ofi-nccl; docs/images.md): without them NCCL does not use EFA. ``facts``: the cluster's
-    (None: a dry run, which knows no image)."""
-    if not req.efa_zone or req.image is None:
+    (None: a dry run, which knows no image). ``dry_run``: the cluster path's dry run, whose job
+    without --image names no image at all (the runtime's stock one)."""
+    if not req.efa_zone:
+        return None
+    if req.image is None and dry_run:  # with_facts (the cluster's image) was not applied
+        return ("--efa-zone in a dry run: the job printed names no image, so it would run on its runtime's (the stock image, without EFA's software); "
+                "a submit to the cluster gives it the platform's training image, which has libfabric and aws-ofi-nccl")
+    if req.image is None:
         return None
     known = (facts or {}).get("image")
     if known and req.image == known:
