@@ -130,7 +130,7 @@ def parse_assignments(flag: str, items: Iterable[str]) -> tuple[dict[str, str], 
     for i, item in enumerate(items):
         name, sep, value = item.partition("=")
         if not sep or not name:
-            shown = name if sep else f"argument {i + 1}"  # an argument without '=' may be a value: not shown
+            shown = name if sep and name else f"argument {i + 1}"  # an argument without '=' may be a value: not shown
             lines.append(f"{flag} {shown}: allowed: NAME={'SECRET/KEY' if 'secret' in flag else 'VALUE'}")
             continue
         if name in out:

@@ -153,14 +153,14 @@ def test_submit_puts_env_and_secret_references_in_the_trainer_env(capsys, tmp_pa
 
 def test_bad_env_flags_are_one_line_each_exit_2_nothing_printed_no_value_echoed(capsys, tmp_path):
     rc, out, err = _submit(capsys, tmp_path, "--env", "NCCL_DEBUG=INFO", "--env", "NCCL_DEBUG=TRACE", "--env", "PET_NNODES=3", "--env", f"MY_VAR={TOKEN}",
-                           "--env", f"WANDB_API_KEY={WANDB}", "--env", TOKEN, "--env", "1X=1", "--secret-env", "K=not-a-ref", "--secret-env", "NCCL_DEBUG=a/b", "--nodes", "0")
+                           "--env", f"WANDB_API_KEY={WANDB}", "--env", TOKEN, "--env", "1X=1", "--secret-env", "K=not-a-ref", "--secret-env", "NCCL_DEBUG=a/b", "--env", f"={TOKEN}", "--nodes", "0")
     assert rc == 2 and out == ""
     lines = err.strip().splitlines()
     assert all(line.startswith("trainctl: error: ") for line in lines)
     for expected in ("--env NCCL_DEBUG: given twice", "--env PET_NNODES: set by the platform", "--env MY_VAR: the value looks like a secret", "--env WANDB_API_KEY: the value looks like a secret",
-                     "--env argument 6: allowed: NAME=VALUE", "--env 1X: not a variable name", "--secret-env K: not a Secret reference", "--secret-env NCCL_DEBUG: also in env", "--nodes 0"):
+                     "--env argument 6: allowed: NAME=VALUE", "--env 1X: not a variable name", "--secret-env K: not a Secret reference", "--secret-env NCCL_DEBUG: also in env", "--env argument 8: allowed: NAME=VALUE", "--nodes 0"):
         assert sum(expected in line for line in lines) == 1, (expected, lines)
-    assert len(lines) == 9, lines
+    assert len(lines) == 10, lines
     assert TOKEN not in err and WANDB not in err and "not-a-ref" not in err
 
 
