@@ -237,11 +237,12 @@ def test_a_teams_backend_with_its_own_bearer_token_is_judged_by_the_api_server(p
     time.sleep(0)
 
 
-def test_queue_position_falls_back_to_kueues_order_when_the_visibility_api_is_not_served(portal):
-    """The local control plane runs Kueue without its visibility API server (tools/cluster/components.py):
-    the position is estimated from the namespace's Workloads by Kueue's ordering, and says so.
-    queued-b is created a second after queued-a's Workload exists: creation timestamps have a
-    second's resolution, and within one second Kueue's tie-break is the uid (random)."""
+def test_queue_position_comes_from_kueues_visibility_api_as_the_user(portal):
+    """Kueue's visibility API (served on the local control plane through the aggregation layer:
+    tools/cluster/components.py) answers the portal's user, impersonated: Kueue's own places in the
+    LocalQueue and the ClusterQueue, not an estimate (the fallback, where it is not served, is
+    tests/test_trainctl_access.py's). queued-b is created a second after queued-a's Workload exists,
+    so their order is their age, whichever way a tie would break."""
     up, c = portal
     bob = alb_header(up, "bob", "nlp")
 
@@ -259,8 +260,9 @@ def test_queue_position_falls_back_to_kueues_order_when_the_visibility_api_is_no
         return (a, b) if b["position"] is not None else None
 
     a, b = wait_for("both jobs' queue positions", both, up, timeout=90)
-    assert a["estimated"] and "estimated" in a["source"]
+    assert not a["estimated"] and a["source"] == "kueue visibility API"
     assert (a["position"], b["position"]) == (0, 1) and b["ahead"] == ["queued-a"] and a["ahead"] == []
+    assert (a["position_in_cluster_queue"], b["position_in_cluster_queue"]) == (0, 1)
     for name in ("queued-a", "queued-b"):
         c.delete(f"/api/trainjob/{name}", params={"namespace": "nlp"}, headers={**bob, **JSON})
     json.dumps(a)

@@ -2,9 +2,9 @@
 member read and exec into, in their namespace only, and ``trainctl status`` run with a member's own
 credentials (a client certificate of the team's group, as EKS maps an access entry) naming why Kueue
 holds a job: the Workload's reason and message with the numbers, its priority and its place in the
-LocalQueue. The local control plane runs Kueue without its visibility API server
-(tools/cluster/components.py), so the place is Kueue's order estimated from the namespace's
-Workloads, and says so."""
+LocalQueue and its ClusterQueue, from Kueue's visibility API (the manager's own server, reached
+through the API server's aggregation layer: tools/cluster/components.py), which authorizes each
+caller through the API server (delegated SubjectAccessReview against the team Role)."""
 
 from __future__ import annotations
 
@@ -100,13 +100,19 @@ def test_trainctl_status_as_a_member_names_why_a_job_waits_and_where(teams, tmp_
     try:
         assert first["admission"].startswith("queued in default: Pending: couldn't assign flavors to pod set node: ")
         assert "insufficient quota for nvidia.com/gpu in flavor gpu-pool, previously considered podsets requests (0) + current podset request (36) > maximum capacity (32)" in first["admission"]
-        assert first["queuePosition"].startswith("1 in LocalQueue default")
-        assert second["queuePosition"].startswith("2 in LocalQueue default; ahead: waits-first")
+        # Kueue's own figures: the visibility API answered (an estimate would say "estimated" and have no ClusterQueue place)
+        assert first["queuePosition"] == "1 in LocalQueue default, 1 in its ClusterQueue"
+        assert second["queuePosition"] == "2 in LocalQueue default, 2 in its ClusterQueue; ahead: waits-first"
         for report in (first, second):
             assert report["phase"] == "Queued"
             assert report["priority"]  # the team's WorkloadPriorityClass and its value
             assert "notAllowed" not in report  # a member reads all of it
-            assert "estimated" in report["queuePosition"] and "the visibility API is not served" in report["queuePosition"]
+        # the visibility API asks the API server whether the caller may: nlp's list for nlp, not for vision
+        pending = "/apis/visibility.kueue.x-k8s.io/{version}/namespaces/nlp/localqueues/default/pendingworkloads"
+        for version in ("v1beta1", "v1beta2"):
+            items = nlp.request("GET", pending.format(version=version))["items"]
+            assert [(i["metadata"]["name"].startswith("trainjob-waits-first"), i["positionInLocalQueue"]) for i in items] == [(True, 0), (False, 1)], items
+            assert _status(lambda: as_team(up, access, "vision").request("GET", pending.format(version=version))) == 403  # noqa: B023
         # the table says the same
         rc, out, _ = trainctl(capsys, up, "status", "--kubeconfig", kubeconfig, names[0])
         flat = "".join(c for c in out if c not in " \n│┃")

@@ -183,8 +183,10 @@ def _dry_run(client: Client, obj: dict) -> list[str]:
     """A server-side dry run of the chart's object as Helm would create it. Where the local cluster
     has its own of that name (its webhook registrations), the chart's is created, dry, under another
     name: merged into the local one it would be judged against fields that are not the chart's. A CRD
-    is the same release's (components.crds): the dry run updates it, as an upgrade would."""
-    if obj["kind"] == "CustomResourceDefinition":
+    is the same release's (components.crds): the dry run updates it, as an upgrade would; so is an
+    APIService (Kueue's visibility API, components.kueue_visibility_objects), whose name must be its
+    version and group and so cannot be taken by a copy."""
+    if obj["kind"] in ("CustomResourceDefinition", "APIService"):
         return dry_run(client, obj)
     created = dry_create(client, obj)
     return created if created is not None else dry_create_renamed(client, obj, "-chart")

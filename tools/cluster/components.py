@@ -12,8 +12,9 @@ Configuration facts, read from the modules' sources at the pinned versions:
   both off, certificates from ``webhook.certDir``.
 * Kueue (``apis/config/v1beta2``, ``cmd/kueue/main.go``): leader election and internal certs off;
   with internal certs off the manager reads ``/etc/kueue/metrics/certs/tls.{crt,key}`` even with
-  metrics disabled; the visibility API server needs in-cluster credentials (``VisibilityOnDemand``
-  off); ``waitForPodsReady`` is always on.
+  metrics disabled; the visibility API server (``pkg/visibility/server.go``) reads its certificate
+  from ``/visibility`` and, given ``--kubeconfig``, delegates authentication and authorization to
+  that API server: it runs, served through the aggregation layer; ``waitForPodsReady`` is always on.
 * Karpenter's kwok provider (``pkg/operator/options``, ``kwok/main.go``): configured by environment
   (``KUBECONFIG``; an unknown flag such as ``--kubeconfig`` panics), ``DISABLE_LEADER_ELECTION``,
   ``INSTANCE_TYPES_FILE_PATH`` replacing its built-in catalog.
@@ -175,10 +176,12 @@ def jobset_config(webhook_port: int, health_port: int, cert_dir: pathlib.Path) -
     }
 
 
-def kueue_config(stack_config: dict, webhook_port: int, health_port: int, cert_dir: pathlib.Path) -> dict:
+def kueue_config(stack_config: dict, webhook_port: int, health_port: int, cert_dir: pathlib.Path, visibility_port: int | None = None) -> dict:
     """The stack's own Kueue Configuration (its Helm values' ``controllerManagerConfigYaml``) with
-    what only works in a pod replaced: leader election, cert rotation, the visibility API server
-    (it needs in-cluster credentials) and metrics off; probes and webhooks on 127.0.0.1."""
+    what only works in a pod replaced: leader election, cert rotation and metrics off; probes and
+    webhooks on 127.0.0.1; the visibility API server on 127.0.0.1:``visibility_port`` (its
+    certificate at :data:`KUEUE_VISIBILITY_CERT_DIR`, in Kueue's mount namespace), or off where
+    that cannot be (None)."""
     cfg = copy.deepcopy(stack_config)
     cfg.update({
         "namespace": "kueue-system",
@@ -188,8 +191,42 @@ def kueue_config(stack_config: dict, webhook_port: int, health_port: int, cert_d
         "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(cert_dir)},
         "internalCertManagement": {"enable": False},
     })
-    cfg["featureGates"] = {**cfg.get("featureGates", {}), "VisibilityOnDemand": False, "MultiKueue": False}
+    gates = {**cfg.get("featureGates", {}), "MultiKueue": False}
+    if visibility_port is None:
+        gates["VisibilityOnDemand"] = False
+    else:
+        cfg["visibilityServer"] = {"bindAddress": "127.0.0.1", "bindPort": visibility_port}
+    cfg["featureGates"] = gates
     return cfg
+
+
+# pkg/visibility/server.go: with internal cert management off, the visibility server reads
+# tls.crt and tls.key here (certDir, fixed); with a --kubeconfig flag it authenticates and
+# authorizes its callers through that kubeconfig's API server (delegated: TokenReview,
+# SubjectAccessReview, the front proxy's CA from kube-system/extension-apiserver-authentication).
+KUEUE_VISIBILITY_CERT_DIR = "/visibility"
+# the Service our APIServices name: not the chart's kueue-visibility-server, which the chart test applies beside it
+KUEUE_VISIBILITY_SERVICE = "kueue-visibility-local"
+
+
+def kueue_visibility_objects(port: int) -> list[dict]:
+    """Kueue's own APIServices for its visibility API (config/components/visibility, v1beta1 and
+    v1beta2, as released: insecureSkipTLSVerify, priorities), pointed at the manager's server on
+    127.0.0.1:``port`` through a Service of type ExternalName (the aggregator dials
+    ``https://<externalName>:<APIService port>``: k8s.io/apiserver pkg/util/proxy ResolveCluster),
+    since no kube-proxy routes a ClusterIP here."""
+    root = build.module_dir(versions.KUEUE_MODULE, "v" + versions.KUEUE_VERSION) / "config/components/visibility"
+    service = yaml.safe_load((root / "service.yaml").read_text())
+    objects: list[dict] = [{
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": KUEUE_VISIBILITY_SERVICE, "namespace": service["metadata"]["namespace"]},
+        "spec": {"type": "ExternalName", "externalName": "localhost"},
+    }]
+    for version in ("v1beta1", "v1beta2"):
+        api = yaml.safe_load((root / f"apiservice_{version}.yaml").read_text())
+        api["spec"]["service"] = {"name": KUEUE_VISIBILITY_SERVICE, "namespace": service["metadata"]["namespace"], "port": port}
+        objects.append(api)
+    return objects
 
 
 # kwok's own stages, read from its module: nodes Ready with lease heartbeats, pods Running and Ready.

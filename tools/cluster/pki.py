@@ -2,8 +2,11 @@
 
 One CA signs the API server's serving certificate, the admin client certificate (group
 ``system:masters``) and the serving certificate every webhook server uses (127.0.0.1); the API
-server verifies webhooks with that CA (their ``caBundle``). The service-account signing key is a
-separate RSA key.
+server verifies webhooks with that CA (their ``caBundle``). A second CA, the front proxy's, signs
+only the client certificate the API server presents to aggregated API servers (Kueue's visibility
+API), which they trust for the user it names (Kubernetes' "Configure the Aggregation Layer": a CA
+of its own, so no other client certificate can assert a user). The service-account signing key is
+a separate RSA key.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ def _key(path: pathlib.Path) -> None:
     _openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", str(path), cwd=path.parent)
 
 
-def _sign(d: pathlib.Path, name: str, subject: str, *, sans: list[str] | None = None, client: bool = False, days: int = 30) -> None:
+def _sign(d: pathlib.Path, name: str, subject: str, *, sans: list[str] | None = None, client: bool = False, days: int = 30, ca: str = "ca") -> None:
     _key(d / f"{name}.key")
     _openssl("req", "-new", "-key", f"{name}.key", "-subj", subject, "-out", f"{name}.csr", cwd=d)
     ext = ["basicConstraints=critical,CA:FALSE", "keyUsage=critical,digitalSignature,keyEncipherment"]
@@ -38,17 +41,27 @@ def _sign(d: pathlib.Path, name: str, subject: str, *, sans: list[str] | None = 
     if sans:
         ext.append("subjectAltName=" + ",".join(sans))
     (d / f"{name}.ext").write_text("\n".join(ext) + "\n")
-    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-days", str(days), "-sha256", "-extfile", f"{name}.ext", "-out", f"{name}.crt", cwd=d)
+    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key", "-CAcreateserial", "-days", str(days), "-sha256", "-extfile", f"{name}.ext", "-out", f"{name}.crt", cwd=d)
     (d / f"{name}.csr").unlink()
     (d / f"{name}.ext").unlink()
 
 
-def make(d: pathlib.Path) -> None:
-    """ca, apiserver (serving), admin (client, system:masters), webhook (serving 127.0.0.1), sa (RSA)."""
-    d.mkdir(parents=True, exist_ok=True)
-    _key(d / "ca.key")
-    _openssl("req", "-x509", "-new", "-key", "ca.key", "-subj", "/CN=training-platform-local-ca", "-days", "30", "-sha256", "-out", "ca.crt",
+FRONT_PROXY_CLIENT = "front-proxy-client"  # the API server's name to aggregated API servers (--requestheader-allowed-names)
+
+
+def _ca(d: pathlib.Path, name: str, subject: str) -> None:
+    _key(d / f"{name}.key")
+    _openssl("req", "-x509", "-new", "-key", f"{name}.key", "-subj", subject, "-days", "30", "-sha256", "-out", f"{name}.crt",
              "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature", cwd=d)
+
+
+def make(d: pathlib.Path) -> None:
+    """ca, apiserver (serving), admin (client, system:masters), webhook (serving 127.0.0.1), sa (RSA);
+    front-proxy-ca and front-proxy-client (the API server's client certificate to aggregated APIs)."""
+    d.mkdir(parents=True, exist_ok=True)
+    _ca(d, "ca", "/CN=training-platform-local-ca")
+    _ca(d, "front-proxy-ca", "/CN=training-platform-local-front-proxy-ca")
+    _sign(d, "front-proxy-client", f"/CN={FRONT_PROXY_CLIENT}", client=True, ca="front-proxy-ca")
     _sign(d, "apiserver", "/CN=kube-apiserver", sans=["IP:127.0.0.1", "DNS:localhost", "DNS:kubernetes", "DNS:kubernetes.default", "DNS:kubernetes.default.svc", "IP:10.96.0.1"])
     _sign(d, "admin", "/O=system:masters/CN=training-platform-admin", client=True)
     _sign(d, "webhook", "/CN=127.0.0.1", sans=["IP:127.0.0.1", "DNS:localhost"])

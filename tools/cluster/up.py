@@ -186,7 +186,7 @@ def _start(stack: str, d: pathlib.Path, plan: StackPlan, procs: Processes, units
     kueue_u = next((u for u in units if u.module == versions.KUEUE_MODULE), None)
     pkid = d / "pki"
     pki.make(pkid)
-    ports = {name: free_port() for name in ("etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "jobset-webhook", "jobset-health", "trainer-webhook", "trainer-health", "trainer-status", "kueue-webhook", "kueue-health", "karpenter-metrics", "karpenter-health", "kwok-kubelet")}
+    ports = {name: free_port() for name in ("etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "jobset-webhook", "jobset-health", "trainer-webhook", "trainer-health", "trainer-status", "kueue-webhook", "kueue-health", "kueue-visibility", "karpenter-metrics", "karpenter-health", "kwok-kubelet")}
     for name, port in ports.items():
         if port_in_use(port):
             raise UpError(f"port {port} for {name} is in use (another process took it after it was chosen): run cluster-up again")
@@ -265,10 +265,18 @@ def _start(stack: str, d: pathlib.Path, plan: StackPlan, procs: Processes, units
     procs.start("trainer", [*trainer_cmd, f"--config={trainer_file}"], env={"TMPDIR": str(trainer_tmp)})
     hooks = components.jobset_webhooks(plan.trainer_version).configurations(ports["jobset-webhook"], ca)
     hooks += components.trainer_webhooks(plan.trainer_version).configurations(ports["trainer-webhook"], ca)
+    visibility = None  # Kueue's visibility API, served where Kueue can have its certificate at its fixed path
     if kueue_u is not None:
         _kueue_metrics_certs(certs, procs)
-        kueue_file = _write(d / "kueue.yaml", yaml.safe_dump(components.kueue_config(plan.kueue_config() or {}, ports["kueue-webhook"], ports["kueue-health"], certs)))
-        procs.start("kueue", [str(kueue_u.path("kueue")), f"--kubeconfig={kc}", f"--config={kueue_file}"])
+        kueue_cmd = [str(kueue_u.path("kueue")), f"--kubeconfig={kc}"]
+        from tools.emulator_mounts import in_mount_namespace
+
+        if (wrapped := in_mount_namespace(kueue_cmd, {components.KUEUE_VISIBILITY_CERT_DIR: str(certs)})) is not None:
+            kueue_cmd, visibility = wrapped, ports["kueue-visibility"]
+        else:
+            echo("cluster: no mount namespace on this machine, so Kueue runs without its visibility API (queue positions are estimated)")
+        kueue_file = _write(d / "kueue.yaml", yaml.safe_dump(components.kueue_config(plan.kueue_config() or {}, ports["kueue-webhook"], ports["kueue-health"], certs, visibility)))
+        procs.start("kueue", [*kueue_cmd, f"--config={kueue_file}"])
         hooks += components.kueue_webhooks().configurations(ports["kueue-webhook"], ca)
     procs.wait("jobset", lambda: _get(f"http://127.0.0.1:{ports['jobset-health']}/readyz"), 120, "/readyz")
     procs.wait("trainer", lambda: _get(f"http://127.0.0.1:{ports['trainer-health']}/readyz"), 120, "/readyz")
@@ -276,6 +284,8 @@ def _start(stack: str, d: pathlib.Path, plan: StackPlan, procs: Processes, units
         procs.wait("kueue", lambda: _get(f"http://127.0.0.1:{ports['kueue-health']}/readyz"), 120, "/readyz")
     for hook in hooks:
         admin.apply(hook, manager=LOCAL_MANAGER)
+    if visibility is not None:
+        _serve_kueue_visibility(admin, procs, visibility)
 
     # Karpenter's core with the kwok provider, launching the catalog's GPU types in the stack's zones
     types_file = _write(d / "instance-types.json", json.dumps(sim.instance_types(plan.zones)))
@@ -315,7 +325,12 @@ def start_api_server(d: pathlib.Path, pkid: pathlib.Path, procs: Processes, port
         f"--encryption-provider-config={_encryption_config(d)}", f"--cert-dir={d / 'apiserver-certs'}", "--enable-admission-plugins=NodeRestriction",
         # pod logs come from kwok's kubelet API on 127.0.0.1 (its serving certificate is ours)
         f"--kubelet-certificate-authority={pkid / 'ca.crt'}", f"--kubelet-client-certificate={pkid / 'admin.crt'}", f"--kubelet-client-key={pkid / 'admin.key'}",
-        "--kubelet-preferred-address-types=InternalIP"])
+        "--kubelet-preferred-address-types=InternalIP",
+        # the aggregation layer (Kueue's visibility API): the front proxy's client certificate and CA, and
+        # the request headers that carry the user to the aggregated server (Kubernetes' "Configure the Aggregation Layer")
+        f"--requestheader-client-ca-file={pkid / 'front-proxy-ca.crt'}", f"--requestheader-allowed-names={pki.FRONT_PROXY_CLIENT}",
+        "--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group", "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        f"--proxy-client-cert-file={pkid / 'front-proxy-client.crt'}", f"--proxy-client-key-file={pkid / 'front-proxy-client.key'}"])
     admin = Client(server, pkid)
     procs.wait("kube-apiserver", lambda: admin.get_path("/readyz") == "ok", 90, f"{server}/readyz")
     return admin
@@ -345,6 +360,24 @@ def _as_trainer_pod(admin: Client, d: pathlib.Path, certs: pathlib.Path, ca_pem:
     admin.apply({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls", "metadata": {"name": components.TRAINER_WEBHOOK_SECRET, "namespace": ns},
                  "data": {"ca.crt": b64(ca_pem), "tls.crt": b64((certs / "tls.crt").read_text()), "tls.key": b64((certs / "tls.key").read_text())}}, manager=LOCAL_MANAGER)
     return wrapped
+
+
+def _serve_kueue_visibility(admin: Client, procs: Processes, port: int) -> None:
+    """Kueue's APIServices (tools/cluster/components.py) applied, and Available: the aggregator
+    reached the server, and its discovery answers (an APIService that is not would make every
+    client's discovery fail)."""
+    objects = components.kueue_visibility_objects(port)
+    for obj in objects:
+        admin.apply(obj, manager=LOCAL_MANAGER)
+
+    def available() -> bool:
+        for api in (o for o in objects if o["kind"] == "APIService"):
+            got = admin.request("GET", f"/apis/apiregistration.k8s.io/v1/apiservices/{api['metadata']['name']}")
+            if not any(c.get("type") == "Available" and c.get("status") == "True" for c in (got.get("status") or {}).get("conditions") or []):
+                return False
+        return True
+
+    procs.wait("kueue", available, 90, "its visibility APIServices Available")
 
 
 def _kueue_metrics_certs(certs: pathlib.Path, procs: Processes) -> None:
