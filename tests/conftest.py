@@ -43,8 +43,8 @@ _pin_build_caches()
 @pytest.fixture(scope="session", autouse=True)
 def _inductor_cache_of_this_run(tmp_path_factory: pytest.TempPathFactory):
     """torch.compile's on-disk cache (inductor's) is this run's own, for this process and the
-    training programs the tests start: a cache left by another checkout or torch build once failed
-    inside torch 2.13's cache-hit path in CI; a test judges the code, not what a machine kept."""
+    training programs the tests start (they inherit the variable): a compile test judges this
+    checkout's code, not what a machine kept from another run."""
     mp = pytest.MonkeyPatch()
     mp.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.mktemp("inductor")))
     yield

@@ -220,3 +220,15 @@ def test_the_mock_runtime_runs_where_asyncio_run_left_the_thread_no_event_loop()
 
     asyncio.run(asyncio.sleep(0))
     assert run_program(PROJECT, "dev").registrations
+
+
+def test_the_mock_runtime_puts_only_strings_on_sys_path():
+    """A project directory given as a pathlib.Path went onto sys.path as one, and torch's inductor,
+    which joins sys.path for its compile workers' PYTHONPATH, failed in a later test with
+    "TypeError: sequence item 3: expected str instance, PosixPath found" (CI)."""
+    import sys
+
+    from tools.mock_runtime import run_program
+
+    run_program(PROJECT, "dev")
+    assert all(isinstance(p, str) for p in sys.path), [p for p in sys.path if not isinstance(p, str)]

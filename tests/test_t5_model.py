@@ -368,9 +368,7 @@ def test_flex_forward_matches_sdpa_on_cpu(tmp_path, eager_flex, src_len, tgt_len
 @pytest.mark.slow
 def test_compiled_flex_forward_on_cpu(tmp_path, monkeypatch):
     """The module's torch.compile'd flex_attention (inductor's CPU kernel) in inference, compiled
-    in an inductor cache of its own: with a cache another process had written, torch 2.13's
-    cache-hit path once failed in CI inside inductor (``TypeError: sequence item 3: expected str
-    instance, PosixPath found``), which judges torch's cache, not this module's kernel."""
+    afresh (an inductor cache of its own, in-memory caches cleared), whatever ran before it."""
     from torch._inductor.utils import fresh_cache
 
     monkeypatch.setattr(t5_layers, "_compiled_flex", {})

@@ -449,7 +449,7 @@ def _ensure_event_loop() -> None:
     asyncio.set_event_loop(asyncio.new_event_loop())
 
 
-def run_program(project_dir: str, stack: str, stack_config: dict | None = None, main: str | None = None, caller_arn: str | None = None, ssm_parameters: dict[str, str] | None = None,
+def run_program(project_dir: str | os.PathLike[str], stack: str, stack_config: dict | None = None, main: str | None = None, caller_arn: str | None = None, ssm_parameters: dict[str, str] | None = None,
                 stack_outputs: dict[str, dict] | None = None) -> ProgramRun:
     """Run ``__main__.py`` of the project for ``stack`` under mocks; return what it registered.
 
@@ -461,6 +461,7 @@ def run_program(project_dir: str, stack: str, stack_config: dict | None = None, 
     :class:`~config.stack_file.StackFileError` before anything runs; errors raised by the
     program (bad config and a region the facts table does not know included) become :class:`ProgramError`.
     """
+    project_dir = os.fspath(project_dir)  # it goes on sys.path, where a pathlib.Path breaks others (inductor joins sys.path)
     project, project_file = _project_file(project_dir)
     if stack_config is None:  # a bad or missing file is a StackFileError (StackFileMissing is a FileNotFoundError)
         stack_config = load_stack_file(os.path.join(project_dir, f"Pulumi.{stack}.yaml"), project=project)
@@ -468,7 +469,6 @@ def run_program(project_dir: str, stack: str, stack_config: dict | None = None, 
     region = config.get("aws:region", "us-west-2")
     if stack_outputs is None:  # rendered before this program starts: the mock runtime is process-global
         stack_outputs = {name: run_program(d, s).outputs for name, (d, s) in stack_refs.referenced_stacks(config).items()}
-
     _ensure_event_loop()
     monitor = RecordingMonitor(PlanMocks(region, caller_arn, ssm_parameters, stack_outputs))
     psettings.ROOT.set(None)
