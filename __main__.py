@@ -6,7 +6,7 @@ Reads like a table of contents: config -> settings -> AWS components -> Kubernet
 import pulumi
 
 from config.deploy_rules import OFFLINE_NOTICE, deploy_problems
-from config.effect_rules import spot_grace_advice
+from config.effect_rules import spot_advice
 from config.schema import ConfigError, ConfigErrors
 from config.settings import job_grace_periods, load_settings
 from infra.alarms import Alarms
@@ -43,7 +43,7 @@ if for_deploy:  # kept offline (the render, the local control plane): said once,
 
 for gap in settings.fact_gaps():  # facts the table lacks for this Region: said once, not refused
     pulumi.log.warn(gap)
-for advice in spot_grace_advice(settings):  # valid, but not all it says holds on spot: said, not refused
+for advice in spot_advice(settings):  # valid, but what spot costs a job is said, not refused
     pulumi.log.warn(advice)
 
 tags = {"project": "training-platform", "stack": settings.stack, "managed-by": "pulumi"}

@@ -262,25 +262,22 @@ def all_problems(s: Settings) -> Iterator[ConfigError]:
 
 
 # Amazon EC2 User Guide, "Spot Instance interruption notices": the notice comes two minutes before
-# Amazon EC2 stops or terminates the instance; Karpenter's interruption handling (its SQS queue)
-# drains the node on the notice, so a pod's SIGTERM comes at most this long before the end.
+# Amazon EC2 stops or terminates the instance. Karpenter (karpenter-provider-aws v1.14.1
+# pkg/controllers/interruption: CordonAndDrain) deletes the NodeClaim on the notice, but its drain
+# evicts only pods without an active karpenter.sh/do-not-disrupt (karpenter v1.14.1
+# pkg/utils/pod/scheduling.go IsEvictable, node/termination/terminator), and every training pod
+# carries it (k8s/builders/runtimes.py DO_NOT_DISRUPT); the NodeClaim's terminationGracePeriod
+# (k8s/builders/gpu_objects.py) is far beyond the notice. So no grace period applies on spot.
 SPOT_NOTICE_S = 120
 
 
-def spot_grace_advice(s: Settings) -> list[str]:
+def spot_advice(s: Settings) -> list[str]:
     """What is kept but said (a render warning, never a refusal): with spot in the GPU pools'
-    capacity types, every grace period above the spot notice is cut off there; it still holds for
-    Kueue preemption and drains, so the config stays valid."""
+    capacity types, an interruption ends a training pod without its grace period."""
     if "spot" not in s.gpu_pool.capacity_types:
         return []
-    asked = {"trainer.terminationGraceSeconds": s.trainer.termination_grace_seconds}
-    asked |= {f"trainer.graceClasses[{i}]": g for i, g in enumerate(s.trainer.grace_classes)}
-    asked |= {f"trainjobs.{name}.terminationGraceSeconds": j.termination_grace_seconds for name, j in s.trainjobs.jobs().items() if j.termination_grace_seconds is not None}
-    over = [f"{key} ({seconds} s)" for key, seconds in asked.items() if seconds > SPOT_NOTICE_S]
-    if not over:
-        return []
     return [
-        f"gpuPool.capacityTypes includes spot, whose interruption notice comes {SPOT_NOTICE_S} s before the node ends (its pods' SIGTERM follows the notice), whatever the grace period: "
-        f"{', '.join(over)} hold for preemption and drains but not there; a job that needs longer to save loses the steps since its last checkpoint "
-        "(checkpoint more often, or leave spot out)"
+        f"gpuPool.capacityTypes includes spot: a spot interruption ends the node {SPOT_NOTICE_S} s after its notice, and Karpenter's drain skips "
+        "training pods (they carry karpenter.sh/do-not-disrupt), so they get no grace period to save: the job restarts from its last "
+        "checkpoint and the steps since are lost (checkpoint often, or leave spot out)"
     ]

@@ -357,7 +357,7 @@ class TrainerSettings(Section):
     max_restarts: Int = opt(3, "whole-job restarts (JobSet failurePolicy.maxRestarts)", ge=0, le=100)
     shm_size: str = opt("64Gi", "size of the memory-backed /dev/shm volume", check=SchemaCheck(_shm_size, {"pattern": _K8S_QUANTITY_RE.pattern}))
     termination_grace_seconds: Int = opt(
-        120, "seconds a training pod has from SIGTERM (Kueue preemption, a drain, a spot interruption) to SIGKILL to finish its step and save a checkpoint: the runtimes' terminationGracePeriodSeconds (a spot interruption gives 2 minutes at most)",
+        120, "seconds a training pod has from SIGTERM (Kueue preemption, a drain) to SIGKILL to finish its step and save a checkpoint: the runtimes' terminationGracePeriodSeconds (not on a spot interruption, whose drain skips training pods: they carry karpenter.sh/do-not-disrupt)",
         ge=30, le=3600,
     )
     grace_classes: list[Int] = opt(

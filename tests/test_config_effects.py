@@ -306,26 +306,22 @@ def test_no_refusal_prints_a_value_that_may_hold_a_secret(raw, secret):
     assert secret not in str(problems(raw))
 
 
-def test_grace_periods_beyond_the_spot_notice_are_said_with_spot_and_only_then():
-    """EC2's spot interruption notice comes two minutes before the end (config/effect_rules.py
-    SPOT_NOTICE_S): each longer grace period of the stack is named once, and the config stays valid."""
-    from config.effect_rules import SPOT_NOTICE_S, spot_grace_advice
+def test_spot_is_said_to_end_training_pods_without_their_grace_period():
+    """On a spot interruption Karpenter's drain skips do-not-disrupt pods (config/effect_rules.py
+    names the sources), so with spot in the capacity types the render says what that costs, once,
+    whatever the grace periods; the config stays valid; on-demand only, nothing is said."""
+    from config.effect_rules import spot_advice
 
-    spot = {"gpuPool": {"capacityTypes": ["spot", "on-demand"]}}
-    assert spot_grace_advice(ok(spot)) == []  # the default grace (120 s) fits the notice
-    long = {**spot, "trainer": {"terminationGraceSeconds": 300, "graceClasses": [60, 600]}, "trainjobs": {"fsdp": {"enabled": True, "terminationGraceSeconds": 900}}}
-    [advice] = spot_grace_advice(ok(long))
-    assert f"{SPOT_NOTICE_S} s" in advice
-    for named in ("trainer.terminationGraceSeconds (300 s)", "trainer.graceClasses[1] (600 s)", "trainjobs.fsdp.terminationGraceSeconds (900 s)"):
-        assert named in advice
-    assert "graceClasses[0]" not in advice
-    assert spot_grace_advice(ok({k: v for k, v in long.items() if k != "gpuPool"})) == []  # on-demand only: no notice to beat
+    for raw in ({"gpuPool": {"capacityTypes": ["spot", "on-demand"]}}, {"gpuPool": {"capacityTypes": ["spot"]}, "trainer": {"terminationGraceSeconds": 60}}):
+        [advice] = spot_advice(ok(raw))
+        assert "karpenter.sh/do-not-disrupt" in advice and "last checkpoint" in advice
+    assert spot_advice(ok({"trainer": {"terminationGraceSeconds": 600}})) == []
 
 
 def test_the_render_says_the_spot_advice_once(capsys):
     from tests.test_aws_facts import _warnings
 
-    cfg = dev_config(gpuPool={"capacityTypes": ["spot"]}, trainer={"terminationGraceSeconds": 240})
+    cfg = dev_config(gpuPool={"capacityTypes": ["spot"]})
     with _warnings() as warned:
         run_program(str(PROJECT), "dev", stack_config={"config": cfg})
-    assert len(warned) == 1 and warned[0].startswith("gpuPool.capacityTypes includes spot") and "trainer.terminationGraceSeconds (240 s)" in warned[0]
+    assert len(warned) == 1 and warned[0].startswith("gpuPool.capacityTypes includes spot"), warned
