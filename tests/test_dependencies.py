@@ -276,7 +276,7 @@ def test_an_efa_job_on_its_own_image_is_warned_not_refused(proj, capsys):
     rc, _, err = dry_run(capsys, proj, "--image", "registry.example.com/team/img:1")
     assert rc == 0 and "warning" not in err  # no EFA: any image
     rc, out, err = dry_run(capsys, proj, *flags)  # no --image: the printed job names none, so it would run on the stock image
-    assert rc == 0 and err.count("\n") == 1 and err.startswith("trainctl: warning: --efa-zone in a dry run: the job printed names no image")
+    assert rc == 0 and err.count("\n") == 1 and err.startswith("trainctl: warning: --efa-zone: the job names no image (a dry run, or a cluster that publishes no platform facts)")
     assert "image" not in next(o for o in out if o["kind"] == "TrainJob")["spec"]["trainer"]
     req = objects.Request(namespace="v", nodes=1, command=["python", "t.py"], efa_zone="us-east-1a", image="acct.dkr.ecr.us-east-1.amazonaws.com/w@sha256:" + "0" * 64)
     assert objects.efa_image_warning(req, {"image": req.image}) is None  # the platform's own image

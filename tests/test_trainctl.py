@@ -281,6 +281,20 @@ def test_submit_creates_configmap_then_trainjob(api, proj, capsys):
     assert out.strip() == f"trainjob/resnet-try created in {NS}: 3 nodes on torch-distributed-gpu-777f43c4, code in configmap/{expected_cm['metadata']['name']}"
 
 
+def test_an_efa_submit_to_a_cluster_without_facts_warns_that_it_runs_the_stock_image(api, proj, capsys):
+    """No platform-facts ConfigMap: the request stands as given, with no image, so the runtime's
+    stock image (no EFA software) runs it; said as a warning, the job is still created."""
+    api.on("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", fixture("ssar-allowed.json"), 201)
+    api.on("GET", "/openapi/v3/apis/trainer.kubeflow.org/v1alpha1", fixture("openapi-trainer-v1alpha1.json"))
+    api.on("GET", f"{TRAINER}/clustertrainingruntimes", fixture("clustertrainingruntimes.json"))
+    api.on("POST", f"/api/v1/namespaces/{NS}/configmaps", {}, 201)
+    api.on("POST", f"{TRAINER}/namespaces/{NS}/trainjobs", {}, 201)
+    rc, out, err = run(capsys, "submit", "--namespace", NS, "--nodes", "2", "--instance-type", "p4d.24xlarge", "--efa-zone", "us-west-2a", "--name", "efa-try", str(proj), "--", "python", "train.py")
+    assert rc == 0, err
+    assert err.startswith("trainctl: warning: --efa-zone: the job names no image") and err.count("\n") == 1
+    assert "image" not in api.requests[-1][3]["spec"]["trainer"]
+
+
 def test_submit_cleans_up_configmap_when_trainjob_refused(api, proj, capsys):
     api.on("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", fixture("ssar-allowed.json"), 201)
     api.on("POST", f"/api/v1/namespaces/{NS}/configmaps", {}, 201)

@@ -152,7 +152,7 @@ def cmd_submit(args: argparse.Namespace, command: list[str]) -> int:
     bundle = collect(args.code_dir)
     if args.dry_run:
         cm, tj = objects.build(req, bundle)
-        if (warning := objects.efa_image_warning(req, None, dry_run=True)) is not None:
+        if (warning := objects.efa_image_warning(req, None)) is not None:
             print(f"trainctl: warning: {warning}", file=sys.stderr)
         if args.output == "json":
             print(json.dumps({"apiVersion": "v1", "kind": "List", "items": [cm, tj]}, indent=2))

@@ -235,19 +235,17 @@ def with_facts(req: Request, facts: dict[str, Any] | None, *, instance_type_give
     return replace(req, **changes) if changes else req
 
 
-def efa_image_warning(req: Request, facts: dict[str, Any] | None, *, dry_run: bool = False) -> str | None:
-    """A warning (not a refusal) for an EFA job on an image of its own that is not the platform's
-    training image, the one known to carry EFA's software (workloads/Dockerfile installs libfabric
-    and aws-ofi-nccl; docs/images.md): without them NCCL does not use EFA. ``facts``: the cluster's
-    (None: a dry run, which knows no image). ``dry_run``: the cluster path's dry run, whose job
-    without --image names no image at all (the runtime's stock one)."""
+def efa_image_warning(req: Request, facts: dict[str, Any] | None) -> str | None:
+    """A warning (not a refusal) for an EFA job on an image that is not the platform's training
+    image, the one known to carry EFA's software (workloads/Dockerfile installs libfabric and
+    aws-ofi-nccl; docs/images.md): without them NCCL does not use EFA. ``req`` as
+    :func:`with_facts` made it, ``facts`` the cluster's: a job still without an image (a dry run,
+    or a cluster that publishes no facts) runs on its runtime's, the stock one."""
     if not req.efa_zone:
         return None
-    if req.image is None and dry_run:  # with_facts (the cluster's image) was not applied
-        return ("--efa-zone in a dry run: the job printed names no image, so it would run on its runtime's (the stock image, without EFA's software); "
-                "a submit to the cluster gives it the platform's training image, which has libfabric and aws-ofi-nccl")
     if req.image is None:
-        return None
+        return ("--efa-zone: the job names no image (a dry run, or a cluster that publishes no platform facts), so it runs on its runtime's, "
+                "the stock image without EFA's software (libfabric, aws-ofi-nccl): NCCL would fall back to TCP; a submit to a platform cluster gives it the platform's image, elsewhere pass --image with one that has them")
     known = (facts or {}).get("image")
     if known and req.image == known:
         return None

@@ -51,7 +51,7 @@ def cmd_submit_local(args: argparse.Namespace, command: list[str]) -> int:
     if found:  # every problem at once, before the code dir is read
         raise objects.SubmitError("\n".join(found))
     cm, tj = objects.build(req, collect(args.code_dir))
-    if (warning := objects.efa_image_warning(req, None)) is not None:
+    if req.image is not None and (warning := objects.efa_image_warning(req, None)) is not None:  # no image: this machine's Python runs it
         print(f"trainctl: warning: {warning}", file=sys.stderr)
     if args.dry_run:
         if args.output == "json":
