@@ -199,3 +199,37 @@ def test_a_refusal_keeps_whom_the_api_server_refused():
     err.body = json.dumps(_status(403, "Forbidden", 'trainjobs.trainer.kubeflow.org "x" is forbidden: User "portal:nlp" cannot get resource "trainjobs" in API group "trainer.kubeflow.org" in the namespace "vision"'))
     found = not_allowed(err)
     assert found is not None and found.user == "portal:nlp" and str(found) == "not allowed: get trainjobs in vision (ask the platform team)"
+
+
+def test_the_estimate_orders_as_kueue_and_leaves_out_what_kueue_does_not_queue():
+    """kueue v0.19.2 GetQueueOrderTimestamp: a Workload evicted for a pods-ready timeout (the
+    platform requeues by eviction time) or an admission check is ordered by that eviction's time;
+    an inactive Workload and one in requeue backoff are not in Kueue's queue."""
+    from trainctl import jobstate
+
+    class Cluster:
+        def __init__(self, items):
+            self.items = items
+
+        def pending_workloads(self, queue):
+            return None  # not served
+
+        def all_workloads(self, all_namespaces=False):
+            return self.items
+
+    older = workload("older", created="2026-11-23T09:00:00Z")
+    newer = workload("newer", created="2026-11-23T09:10:00Z")
+    timed_out = workload("timed-out", created="2026-11-23T08:00:00Z")  # created first, requeued later
+    timed_out["status"]["conditions"].append({"type": "Evicted", "status": "True", "reason": "PodsReadyTimeout", "message": "", "lastTransitionTime": "2026-11-23T09:05:00Z"})
+    preempted = workload("preempted", created="2026-11-23T08:30:00Z")  # another eviction keeps its creation time
+    preempted["status"]["conditions"].append({"type": "Evicted", "status": "True", "reason": "Preempted", "message": "", "lastTransitionTime": "2026-11-23T09:30:00Z"})
+    inactive = workload("inactive", created="2026-11-23T07:00:00Z")
+    inactive["spec"]["active"] = False
+    backing_off = workload("backing-off", created="2026-11-23T07:30:00Z")
+    backing_off["status"]["requeueState"] = {"count": 1, "requeueAt": "2999-01-01T00:00:00Z"}
+    requeue_false = workload("requeue-false", created="2026-11-23T07:40:00Z")
+    requeue_false["status"]["conditions"].append({"type": "Requeued", "status": "False", "reason": "Backoff", "message": "", "lastTransitionTime": "2026-11-23T07:41:00Z"})
+    past_backoff = workload("past-backoff", created="2026-11-23T07:50:00Z")
+    past_backoff["status"]["requeueState"] = {"count": 1, "requeueAt": "2026-11-23T07:55:00Z"}
+    queue = jobstate.pending_queue(Cluster([newer, timed_out, older, preempted, inactive, backing_off, requeue_false, past_backoff]))
+    assert queue["estimated"] and [i["job"] for i in queue["items"]] == ["past-backoff", "preempted", "older", "timed-out", "newer"]

@@ -187,9 +187,15 @@ def priority_of(w: dict) -> str | None:
 
 def pending_queue(cluster: KubeApi, queue: str = LOCAL_QUEUE) -> dict[str, Any]:
     """The LocalQueue's pending Workloads in Kueue's order: its visibility API where served and
-    allowed (:meth:`KubeApi.pending_workloads`), else the namespace's Workloads ordered by Kueue's
-    rules (kueue v0.19.2 pkg/cache/queue/cluster_queue.go baseCompareFunc: higher priority first,
-    then the older, then the uid), marked estimated; ``why`` says why it is an estimate."""
+    allowed (:meth:`KubeApi.pending_workloads`), else the namespace's queued Workloads ordered by
+    Kueue's rules, marked estimated; ``why`` says why it is an estimate. Kueue v0.19.2
+    pkg/cache/queue/cluster_queue.go baseCompareFunc: a sticky workload (one the scheduler is
+    retrying) first, then higher priority, then the earlier queue-order time
+    (:func:`queue_order_time`), then the uid; with admission fair sharing on, the LocalQueue's usage
+    comes before all that (queueOrderingFunc). Neither stickiness nor fair-sharing usage can be
+    seen from the Workloads. Not queued, so left out: inactive Workloads (``spec.active`` false,
+    e.g. past the requeue limit; pkg/workload/workload.go IsAdmissible) and those in requeue
+    backoff (``Requeued`` False, or ``status.requeueState.requeueAt`` still to come)."""
     why = "the visibility API is not served"
     try:
         found = cluster.pending_workloads(queue)
@@ -202,10 +208,36 @@ def pending_queue(cluster: KubeApi, queue: str = LOCAL_QUEUE) -> dict[str, Any]:
         workloads = cluster.all_workloads(all_namespaces=False)
     except ClusterError as err:
         return {"source": "unavailable", "estimated": True, "items": [], "why": f"{why}; {err}"}
-    pending = [w for w in workloads if (w.get("spec") or {}).get("queueName", queue) == queue and not _true(w, "QuotaReserved") and not _true(w, "Finished")]
-    pending.sort(key=lambda w: (-int((w.get("spec") or {}).get("priority") or 0), w["metadata"].get("creationTimestamp") or "", w["metadata"].get("uid") or ""))
+    pending = [w for w in workloads if (w.get("spec") or {}).get("queueName", queue) == queue and not _true(w, "QuotaReserved") and not _true(w, "Finished") and _queued(w)]
+    pending.sort(key=lambda w: (-int((w.get("spec") or {}).get("priority") or 0), queue_order_time(w), w["metadata"].get("uid") or ""))
     items = [{"workload": w["metadata"]["name"], "job": usage.job_of(w), "position_in_local_queue": i, "position_in_cluster_queue": None, "priority": (w.get("spec") or {}).get("priority")} for i, w in enumerate(pending)]
     return {"source": f"estimated from the namespace's Workloads by Kueue's ordering ({why})", "estimated": True, "items": items, "why": why}
+
+
+# Evictions whose time orders the requeued Workload (kueue v0.19.2 pkg/workload/workload.go
+# GetQueueOrderTimestamp; PodsReadyTimeout counts with requeuingStrategy.timestamp Eviction, which
+# the platform sets: k8s/builders/kueue.py)
+REQUEUE_TIME_REASONS = ("PodsReadyTimeout", "AdmissionCheck")
+
+
+def queue_order_time(w: dict) -> str:
+    """The time Kueue orders a Workload by (RFC 3339, so it sorts as text): its Evicted condition's
+    when evicted for a pods-ready timeout or an admission check, else its creation."""
+    evicted = _wcond(w, "Evicted") or {}
+    if evicted.get("status") == "True" and evicted.get("reason") in REQUEUE_TIME_REASONS and evicted.get("lastTransitionTime"):
+        return evicted["lastTransitionTime"]
+    return w["metadata"].get("creationTimestamp") or ""
+
+
+def _queued(w: dict, now: float | None = None) -> bool:
+    """Whether Kueue has the Workload in its queue: active and not in requeue backoff."""
+    if (w.get("spec") or {}).get("active") is False:
+        return False
+    requeued = _wcond(w, "Requeued")
+    if requeued is not None and requeued.get("status") == "False":
+        return False
+    at = ((w.get("status") or {}).get("requeueState") or {}).get("requeueAt")
+    return not (at and at > time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)))
 
 
 def queue_position(queue: dict[str, Any], name: str) -> dict[str, Any]:
