@@ -204,7 +204,7 @@ def test_a_refusal_keeps_whom_the_api_server_refused():
 def test_the_estimate_orders_as_kueue_and_leaves_out_what_kueue_does_not_queue():
     """kueue v0.19.2 GetQueueOrderTimestamp: a Workload evicted for a pods-ready timeout (the
     platform requeues by eviction time) or an admission check is ordered by that eviction's time;
-    an inactive Workload and one in requeue backoff are not in Kueue's queue."""
+    an inactive Workload is not in Kueue's list, one in requeue backoff is (among the inadmissible)."""
     from trainctl import jobstate
 
     class Cluster:
@@ -232,4 +232,4 @@ def test_the_estimate_orders_as_kueue_and_leaves_out_what_kueue_does_not_queue()
     past_backoff = workload("past-backoff", created="2026-11-23T07:50:00Z")
     past_backoff["status"]["requeueState"] = {"count": 1, "requeueAt": "2026-11-23T07:55:00Z"}
     queue = jobstate.pending_queue(Cluster([newer, timed_out, older, preempted, inactive, backing_off, requeue_false, past_backoff]))
-    assert queue["estimated"] and [i["job"] for i in queue["items"]] == ["past-backoff", "preempted", "older", "timed-out", "newer"]
+    assert queue["estimated"] and [i["job"] for i in queue["items"]] == ["backing-off", "requeue-false", "past-backoff", "preempted", "older", "timed-out", "newer"]

@@ -193,9 +193,10 @@ def pending_queue(cluster: KubeApi, queue: str = LOCAL_QUEUE) -> dict[str, Any]:
     retrying) first, then higher priority, then the earlier queue-order time
     (:func:`queue_order_time`), then the uid; with admission fair sharing on, the LocalQueue's usage
     comes before all that (queueOrderingFunc). Neither stickiness nor fair-sharing usage can be
-    seen from the Workloads. Not queued, so left out: inactive Workloads (``spec.active`` false,
-    e.g. past the requeue limit; pkg/workload/workload.go IsAdmissible) and those in requeue
-    backoff (``Requeued`` False, or ``status.requeueState.requeueAt`` still to come)."""
+    seen from the Workloads. Left out, as Kueue's list leaves them out: inactive Workloads
+    (``spec.active`` false, e.g. past the requeue limit: pkg/workload/workload.go IsAdmissible).
+    A Workload in requeue backoff stays in (Kueue keeps it among the inadmissible ones its
+    pending list includes: cluster_queue.go PushOrUpdate, Snapshot)."""
     why = "the visibility API is not served"
     try:
         found = cluster.pending_workloads(queue)
@@ -229,15 +230,9 @@ def queue_order_time(w: dict) -> str:
     return w["metadata"].get("creationTimestamp") or ""
 
 
-def _queued(w: dict, now: float | None = None) -> bool:
-    """Whether Kueue has the Workload in its queue: active and not in requeue backoff."""
-    if (w.get("spec") or {}).get("active") is False:
-        return False
-    requeued = _wcond(w, "Requeued")
-    if requeued is not None and requeued.get("status") == "False":
-        return False
-    at = ((w.get("status") or {}).get("requeueState") or {}).get("requeueAt")
-    return not (at and at > time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)))
+def _queued(w: dict) -> bool:
+    """Whether Kueue lists the Workload as pending: not deactivated."""
+    return (w.get("spec") or {}).get("active") is not False
 
 
 def queue_position(queue: dict[str, Any], name: str) -> dict[str, Any]:

@@ -111,6 +111,40 @@ def test_each_controller_may_do_what_its_code_asks_through_the_charts_rbac(judge
     assert checked >= 2 + (up.plan.kueue is not None)  # the Trainer's and JobSet's controllers, and Kueue's
 
 
+# What Kueue's visibility API server asks of the API server as it authenticates and authorizes a
+# caller (kueue v0.19.2 pkg/visibility/server.go: k8s.io/apiserver's delegated RecommendedOptions):
+# TokenReviews, SubjectAccessReviews, and the front proxy's CA from kube-system's
+# extension-apiserver-authentication ConfigMap (a list and watch with a metadata.name field
+# selector: k8s.io/apiserver pkg/authentication/request/headerrequest/requestheader_controller.go and
+# pkg/server/dynamiccertificates/configmap_cafile_content.go,
+# so asked with the name, as Kubernetes' extension-apiserver-authentication-reader Role grants it).
+# Kueue's generated role has none of it: the chart grants it (metrics_auth_role, the auth-reader
+# RoleBinding in kube-system).
+DELEGATED_AUTH = [
+    {"group": "authentication.k8s.io", "resource": "tokenreviews", "verb": "create"},
+    {"group": "authorization.k8s.io", "resource": "subjectaccessreviews", "verb": "create"},
+    *({"resource": "configmaps", "verb": verb, "namespace": "kube-system", "name": "extension-apiserver-authentication"} for verb in ("get", "list", "watch")),
+]
+
+
+def test_kueues_visibility_server_may_authenticate_and_authorize_its_callers_through_the_charts_rbac(judged):
+    """Locally Kueue runs as an administrator, so its visibility API answering team members proves
+    the flow but not the chart's grants; this asks the API server for them, as the chart's
+    controller service account."""
+    up, _, applied = judged
+    if up.plan.kueue is None:
+        pytest.skip("this stack runs no Kueue")
+    kueue = next(d for a in applied for d in a.workloads("Deployment") if "kueue" in d["metadata"]["name"])
+    ns, sa = kueue["metadata"]["namespace"], kueue["spec"]["template"]["spec"]["serviceAccountName"]
+    refused = []
+    for attrs in DELEGATED_AUTH:
+        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": {
+            "user": f"system:serviceaccount:{ns}:{sa}", "groups": ["system:serviceaccounts", f"system:serviceaccounts:{ns}", "system:authenticated"], "resourceAttributes": attrs}}
+        if not (up.client().request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body=review).get("status") or {}).get("allowed"):
+            refused.append(attrs)
+    assert refused == []
+
+
 def test_the_rbac_check_sees_a_missing_grant(judged):
     """A service account the chart binds nothing to may do none of it."""
     up, _, applied = judged

@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 
 from k8s.builders import portal as mp
 from k8s.builders.tenants import team_group, team_role
-from tests.e2e.conftest import wait_for
+from tests.e2e.conftest import require_kueue_visibility, wait_for
 from tests.e2e.portal_helpers import INSTANCE, STACK, admin_api, alb_header, alb_keys, portal_configuration, portal_stack, rendered_settings
 from trainctl.portal.app import create_app
 
@@ -244,6 +244,7 @@ def test_queue_position_comes_from_kueues_visibility_api_as_the_user(portal):
     tests/test_trainctl_access.py's). queued-b is created a second after queued-a's Workload exists,
     so their order is their age, whichever way a tie would break."""
     up, c = portal
+    require_kueue_visibility(up)
     bob = alb_header(up, "bob", "nlp")
 
     def position(name):

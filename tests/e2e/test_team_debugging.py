@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from k8s.builders.tenants import team_group
-from tests.e2e.conftest import trainctl, wait_for
+from tests.e2e.conftest import require_kueue_visibility, trainctl, wait_for
 from tests.e2e.test_teams import _status, _torch_runtime, as_team, submit, team_job
 from tools.cluster import pki
 
@@ -75,6 +75,7 @@ def test_trainctl_status_as_a_member_names_why_a_job_waits_and_where(teams, tmp_
     """Two jobs of 36 GPUs each against nlp's 8 in a cohort of 32: Kueue holds both; the second's
     place has the first ahead of it."""
     up, access = teams
+    require_kueue_visibility(up)
     nlp = as_team(up, access, "nlp")
     names = ("waits-first", "waits-second")
     for name in names:

@@ -271,13 +271,19 @@ def _start(stack: str, d: pathlib.Path, plan: StackPlan, procs: Processes, units
         kueue_cmd = [str(kueue_u.path("kueue")), f"--kubeconfig={kc}"]
         from tools.emulator_mounts import in_mount_namespace
 
-        if (wrapped := in_mount_namespace(kueue_cmd, {components.KUEUE_VISIBILITY_CERT_DIR: str(certs)})) is not None:
+        try:  # the mountpoint, made here: inside the namespace a user without root could not make it at /
+            pathlib.Path(components.KUEUE_VISIBILITY_CERT_DIR).mkdir(exist_ok=True)
+            wrapped = in_mount_namespace(kueue_cmd, {components.KUEUE_VISIBILITY_CERT_DIR: str(certs)})
+        except OSError:
+            wrapped = None
+        if wrapped is not None:
             kueue_cmd, visibility = wrapped, ports["kueue-visibility"]
         else:
-            echo("cluster: no mount namespace on this machine, so Kueue runs without its visibility API (queue positions are estimated)")
+            echo(f"cluster: no mount namespace or no {components.KUEUE_VISIBILITY_CERT_DIR} mountpoint on this machine, so Kueue runs without its visibility API (queue positions are estimated)")
         kueue_file = _write(d / "kueue.yaml", yaml.safe_dump(components.kueue_config(plan.kueue_config() or {}, ports["kueue-webhook"], ports["kueue-health"], certs, visibility)))
         procs.start("kueue", [*kueue_cmd, f"--config={kueue_file}"])
         hooks += components.kueue_webhooks().configurations(ports["kueue-webhook"], ca)
+    procs.info["kueueVisibility"] = visibility is not None
     procs.wait("jobset", lambda: _get(f"http://127.0.0.1:{ports['jobset-health']}/readyz"), 120, "/readyz")
     procs.wait("trainer", lambda: _get(f"http://127.0.0.1:{ports['trainer-health']}/readyz"), 120, "/readyz")
     if kueue_u is not None:
