@@ -256,3 +256,16 @@ def test_no_judge_outlives_the_process_that_started_it(tmp_path):
 
     shutil.rmtree(pathlib.Path(procs[0].log).parent.parent, ignore_errors=True)  # the judge's own temporary directory (its atexit never ran)
     assert left == []
+
+
+def test_component_ports_are_chosen_below_the_ephemeral_range_and_never_twice():
+    """A port an outgoing connection can take (the kernel's ephemeral range) is never handed to a
+    component to listen on; nor is one port handed out twice in a process."""
+    from tools.cluster import procs
+
+    low, _ = procs._ephemeral_range()
+    ports = [procs.free_port() for _ in range(50)]
+    assert len(set(ports)) == 50
+    if low - procs._LOWEST_PORT >= 1000:
+        assert all(procs._LOWEST_PORT <= p < low for p in ports), ports
+    assert not any(procs.port_in_use(p) for p in ports)  # chosen free (nothing here listens on them)

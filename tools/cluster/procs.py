@@ -63,10 +63,38 @@ def log_tail(path: str | pathlib.Path, lines: int = 8) -> str:
     return "\n".join("    " + line[:300] for line in kept) or "(empty log)"
 
 
+_HANDED_OUT: set[int] = set()  # ports this process has chosen: never chosen twice (two clusters may start before either binds)
+_LOWEST_PORT = 10000
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for outgoing connections' local ports (and for a bind to port 0)."""
+    try:
+        low, high = (int(v) for v in pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """A free port on 127.0.0.1 for a component to listen on, chosen below the kernel's ephemeral
+    range: a port from that range (as a bind to port 0 gives) can be taken by any outgoing
+    connection's local end between the choice and the component's own bind, which made a
+    controller exit at start ("failed to setup manager") while many clusters talked at once."""
+    import random
+
+    low, _ = _ephemeral_range()
+    if low - _LOWEST_PORT >= 1000:
+        for _ in range(200):
+            port = random.randrange(_LOWEST_PORT, low)
+            if port not in _HANDED_OUT and not port_in_use(port):
+                _HANDED_OUT.add(port)
+                return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # no room below the range: the kernel's choice
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port = s.getsockname()[1]
+    _HANDED_OUT.add(port)
+    return port
 
 
 def port_in_use(port: int) -> bool:
