@@ -365,15 +365,22 @@ def required_rules(b: ImageBuild, plan: StackPlan) -> list[dict]:
     return [rule for d in docs if d and d.get("kind") == "ClusterRole" for rule in d.get("rules") or []]
 
 
+def service_account_may(client: Client, namespace: str, name: str, attrs: dict) -> bool:
+    """Whether the service account may do ``attrs`` (a SubjectAccessReview's resourceAttributes),
+    asked of the API server as the account with its groups."""
+    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": {
+        "user": f"system:serviceaccount:{namespace}:{name}", "groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"], "resourceAttributes": attrs}}
+    return bool((client.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body=review).get("status") or {}).get("allowed"))
+
+
 def rbac_gaps(client: Client, deployment: dict, plan: StackPlan, release_objects: list[dict] | None = None) -> list[str]:
     """What the Deployment's controller needs (its generated ClusterRole) that its service account
     may not do, each asked of the API server as a SubjectAccessReview. A rule limited to named
     objects names them as the module's kustomize base does, before its name prefix: each is asked
     for the release's object of that kind whose name ends with it (``release_objects``), if any."""
     pod = deployment["spec"]["template"]["spec"]
-    ns = deployment["metadata"]["namespace"]
-    user = f"system:serviceaccount:{ns}:{pod.get('serviceAccountName') or 'default'}"
-    groups = ["system:serviceaccounts", f"system:serviceaccounts:{ns}", "system:authenticated"]
+    ns, sa = deployment["metadata"]["namespace"], pod.get("serviceAccountName") or "default"
+    user = f"system:serviceaccount:{ns}:{sa}"
     released = [(o["kind"].lower() + "s", o["metadata"]["name"]) for o in release_objects or []]
     gaps = []
     for c in pod.get("containers", []):
@@ -390,9 +397,7 @@ def rbac_gaps(client: Client, deployment: dict, plan: StackPlan, release_objects
                     for verb in rule.get("verbs") or []:
                         for name in names:
                             attrs = {"group": group, "resource": res, "verb": verb, **({"subresource": sub} if sub else {}), **({"name": name} if name else {})}
-                            review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": {"user": user, "groups": groups, "resourceAttributes": attrs}}
-                            answer = client.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body=review)
-                            if not (answer.get("status") or {}).get("allowed"):
+                            if not service_account_may(client, ns, sa, attrs):
                                 what = f"{resource}{'.' + group if group else ''}{' ' + name if name else ''}"
                                 gaps.append(f"{label(deployment)}: {user} may not {verb} {what} (what {b.rules_source or f'{b.module} {b.role_file}'} grants)")
     return gaps

@@ -283,7 +283,6 @@ def _start(stack: str, d: pathlib.Path, plan: StackPlan, procs: Processes, units
         kueue_file = _write(d / "kueue.yaml", yaml.safe_dump(components.kueue_config(plan.kueue_config() or {}, ports["kueue-webhook"], ports["kueue-health"], certs, visibility)))
         procs.start("kueue", [*kueue_cmd, f"--config={kueue_file}"])
         hooks += components.kueue_webhooks().configurations(ports["kueue-webhook"], ca)
-    procs.info["kueueVisibility"] = visibility is not None
     procs.wait("jobset", lambda: _get(f"http://127.0.0.1:{ports['jobset-health']}/readyz"), 120, "/readyz")
     procs.wait("trainer", lambda: _get(f"http://127.0.0.1:{ports['trainer-health']}/readyz"), 120, "/readyz")
     if kueue_u is not None:
@@ -378,7 +377,7 @@ def _serve_kueue_visibility(admin: Client, procs: Processes, port: int) -> None:
 
     def available() -> bool:
         for api in (o for o in objects if o["kind"] == "APIService"):
-            got = admin.request("GET", f"/apis/apiregistration.k8s.io/v1/apiservices/{api['metadata']['name']}")
+            got = admin.get(api["apiVersion"], api["kind"], api["metadata"]["name"])
             if not any(c.get("type") == "Available" and c.get("status") == "True" for c in (got.get("status") or {}).get("conditions") or []):
                 return False
         return True
