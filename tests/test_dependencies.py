@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import http.server
+import importlib.util
 import json
 import os
 import pathlib
@@ -109,8 +110,16 @@ def test_pips_errors_are_sorted_into_retryable_or_not():
 
 @pytest.fixture
 def shared_dir():
-    """A directory another user may enter (pytest's tmp_path is root's alone), removed afterwards."""
-    d = pathlib.Path(tempfile.mkdtemp())
+    """A directory another user may enter (pytest's tmp_path is root's alone), removed afterwards: in
+    the first temporary directory whose every ancestor others may enter ($TMPDIR may be private)."""
+    def enterable(path: str) -> bool:
+        p = pathlib.Path(path).resolve()
+        return p.is_dir() and all(a.stat().st_mode & 0o001 for a in (p, *p.parents))
+
+    base = next((c for c in (tempfile.gettempdir(), "/tmp", "/var/tmp") if enterable(c)), None)
+    if base is None:
+        pytest.skip("no temporary directory another user may enter")
+    d = pathlib.Path(tempfile.mkdtemp(dir=base))
     d.chmod(0o755)
     yield d
     subprocess.run(["chmod", "-R", "u+w", str(d)], check=True)
@@ -133,12 +142,15 @@ def test_a_requirement_that_changes_an_image_package_installs_beside_the_read_on
     subprocess.run([base, "-m", "venv", "--without-pip", str(image)], check=True)
     python = str(image / "bin" / "python")
     image_site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], check=True, capture_output=True, text=True).stdout.strip()
-    pathlib.Path(image_site, "tools.pth").write_text("".join(f"{p}\n" for p in sys.path if p.endswith("site-packages")))  # the image's pip
+    # the image's own pip, copied into it: the user the launcher runs as may not read this checkout or
+    # its virtualenv (a clone in a private directory), so the image holds all it runs
+    pip_dir = pathlib.Path(importlib.util.find_spec("pip").origin).parent  # pyright: ignore[reportOptionalMemberAccess]
+    shutil.copytree(pip_dir, pathlib.Path(image_site, "pip"), copy_function=shutil.copyfile, ignore=shutil.ignore_patterns("__pycache__"))
     wheels = shared_dir / "wheels"
     make_wheel(wheels, "pkgx", "1.0", "VERSION = '1.0'\n")
     make_wheel(wheels, "pkgx", "2.0", "VERSION = '2.0'\n")
     subprocess.run([python, "-m", "pip", "install", "--isolated", "--no-index", "--find-links", str(wheels), "pkgx==1.0"], check=True, capture_output=True)
-    subprocess.run(["chmod", "-R", "a-w", str(image)], check=True)
+    subprocess.run(["chmod", "-R", "a+rX,a-w", str(image)], check=True)  # readable by the launcher's user whatever the umask
     code = shared_dir / "code"
     code.mkdir()
     (code / "requirements.txt").write_text(f"--no-index\n--find-links {wheels}\npkgx==2.0\n")
@@ -147,6 +159,7 @@ def test_a_requirement_that_changes_an_image_package_installs_beside_the_read_on
     deps.mkdir()
     if as_user:
         os.chown(deps, 65534, 65534)
+    subprocess.run(["chmod", "-R", "a+rX", str(wheels), str(code)], check=True)  # whatever the umask
     show = "import pkgx; print(pkgx.VERSION)"
     cmd = [*as_user, python, str(code / "launch.py"), "sh", "-c", f'python -c "{show}" && {python} -c "{show}"']  # the environment's python and the image's (torchrun's)
     p = subprocess.run(cmd, env={"PATH": "/usr/bin:/bin", "TRAINING_DEPS_DIR": str(deps)}, capture_output=True, text=True, timeout=180)
