@@ -51,17 +51,36 @@ def aws_name(*parts: str, limit: int, allowed: str = r"[A-Za-z0-9_-]", sep: str 
 
 @dataclass(frozen=True)
 class NameRule:
-    """What one AWS name may be: at most ``limit`` characters, each matching ``allowed``."""
+    """What one AWS name may be: at most ``limit`` characters, each matching ``allowed``, and, where
+    the service says more (separators only between alphanumerics, a reserved prefix), the whole
+    name matching ``pattern``."""
 
     limit: int
     allowed: str
     source: str
+    pattern: str | None = None
 
     def name(self, *parts: str, sep: str = SEP) -> str:
-        return aws_name(*parts, limit=self.limit, allowed=self.allowed, sep=sep)
+        """The one normaliser of every AWS name the stack builds: :func:`aws_name` (names that
+        already fit stay as they are), and where that breaks ``pattern``, each part reduced to
+        alphanumeric runs joined by ``sep`` (lowercase where the service allows no capitals) with
+        the hash of the whole original name, so two names that normalise alike stay apart."""
+        got = aws_name(*parts, limit=self.limit, allowed=self.allowed, sep=sep)
+        if self.fits(got):
+            return got
+        lower = not re.fullmatch(self.allowed, "A", re.ASCII)
+        tidy = [t for t in (re.sub(r"[^A-Za-z0-9]+", sep, p.lower() if lower else p).strip(sep) for p in parts) if t]
+        digest = hashlib.sha256(sep.join(parts).encode()).hexdigest()[:HASH_LEN]
+        suffix = sep.join(tidy[1:])
+        room = self.limit - len(digest) - len(sep) - (len(sep) + len(suffix) if suffix else 0)
+        for candidate in (sep.join(x for x in ((tidy[0] if tidy else "")[: max(room, 0)].strip(sep), digest, suffix) if x), sep.join(x for x in (digest, suffix) if x)[: self.limit].strip(sep)):
+            if self.fits(candidate):
+                return candidate
+        raise ValueError(f"no valid name for {parts!r} under {self.source}")
 
     def fits(self, name: str) -> bool:
-        return 1 <= len(name) <= self.limit and all(re.fullmatch(self.allowed, c, re.ASCII) for c in name)
+        return (1 <= len(name) <= self.limit and all(re.fullmatch(self.allowed, c, re.ASCII) for c in name)
+                and (self.pattern is None or re.fullmatch(self.pattern, name, re.ASCII) is not None))
 
 
 # Limits, each checked against AWS's own documentation (API reference pages unless noted).
@@ -80,7 +99,10 @@ LOG_GROUP = NameRule(512, r"[.\-_/#A-Za-z0-9]", "CloudWatch Logs API Reference, 
 SSM_PARAMETER = NameRule(1011 - 64, r"[A-Za-z0-9_./-]", "SSM API Reference / CloudFormation AWS::SSM::Parameter: name incl. its ARN at most 1011 characters, a-zA-Z0-9_.- and /")
 # ECR repository names are lowercase; the API's pattern also wants every '.', '_', '-' or '/'
 # between two alphanumerics, which names made of a cluster name and a suffix keep.
-ECR_REPOSITORY = NameRule(256, r"[a-z0-9._/-]", "ECR API Reference, CreateRepository: repositoryName length 2-256, lowercase letters, digits and . _ - / (pattern (?:[a-z0-9]+(?:[._-][a-z0-9]+)*/)*[a-z0-9]+(?:[._-][a-z0-9]+)*)")
+ECR_REPOSITORY = NameRule(256, r"[a-z0-9._/-]", "ECR API Reference, CreateRepository: repositoryName length 2-256, lowercase letters, digits and . _ - / (pattern (?:[a-z0-9]+(?:[._-][a-z0-9]+)*/)*[a-z0-9]+(?:[._-][a-z0-9]+)*)",
+                          pattern=r"(?=.{2})(?:[a-z0-9]+(?:[._-][a-z0-9]+)*/)*[a-z0-9]+(?:[._-][a-z0-9]+)*")
+LOAD_BALANCER = NameRule(32, r"[A-Za-z0-9-]", "Elastic Load Balancing API Reference, CreateLoadBalancer: Name at most 32 characters, alphanumerics and hyphens, must not begin or end with a hyphen, must not begin with \"internal-\"",
+                         pattern=r"(?!internal-)[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?")
 SNS_TOPIC = NameRule(256, r"[A-Za-z0-9_-]", "SNS API Reference, CreateTopic: Name 1-256 ASCII letters, digits, underscores and hyphens")
 METRIC_ALARM = NameRule(255, r"[\x20-\x7e]", "CloudWatch API Reference, PutMetricAlarm: AlarmName length 1-255")
 METRIC_FILTER = NameRule(512, r"[^:*]", "CloudWatch Logs API Reference, PutMetricFilter: filterName length 1-512, pattern [^:*]*")

@@ -1,26 +1,26 @@
 """The training image: an ECR repository the stack owns, and the image built from ``workloads/``
-and pushed there (pulumi-docker-build, BuildKit).
+and pushed there (pulumi-docker-build, BuildKit); the one rule every image the stack pushes follows
+(the portal's and the mirrored copies too).
 
 The tag is a content hash of what the build reads (the Dockerfile, the files it copies from the
-context with their modes, and the build args from ``versions.py``) and of the build settings the
-provider compares, so a change to any of them pushes a new tag; tags are immutable, so an old tag
-never changes under a running job. TrainJobs use the pushed image by digest
-(``<repository url>@sha256:...``): a rebuild that yields a new digest changes (and so replaces)
-the TrainJobs, a rebuild that yields the same image does not.
+context, whether each is executable, and the build args from ``versions.py``) and of the build
+settings the provider compares: nothing of the deployer's machine (umask, clock, checkout path), so
+every machine computes the same tag for the same inputs. TrainJobs use the pushed image by digest
+(``<repository url>@sha256:...``).
 
-Never a second push of one tag. pulumi-docker-build 0.0.22 rebuilds and pushes an Image exactly
-when its ``Diff`` (``provider/internal/image.go``) finds a change: an input it compares, or the
-hash of the build context (``provider/internal/context.go``: every file of the context directory
-that the ignore file leaves, with its path and mode; infra/build_context.py). So the context
-is narrowed to what the tag hashes (``workloads/.dockerignore``, generated from the Dockerfile's
-COPY sources by :func:`dockerignore_text`, checked before the build is registered), and the
-tag hashes every compared input the stack sets (:data:`BUILD_SETTINGS`): whenever the provider
-would push, the tag is new. Unchanged inputs push nothing, on any machine, with or without a
-layer cache. ``pull`` stays off: with it the provider rebuilds on every update (``Diff``:
-"pull=true indicates that we want to keep base layers up-to-date"). ``buildOnPreview`` is off:
-a preview only hashes the context (``Create`` returns before building on a dry run). No registry
-cache (``cacheTo``) in the repository: BuildKit re-pushes its cache manifest under the same tag on
-every build, which an IMMUTABLE repository refuses, and an image is only built when its tag is new.
+Never a second push of one tag (our repositories are IMMUTABLE). pulumi-docker-build 0.0.22 diffs an
+``Image`` only against its own last state (``provider/internal/image.go`` ``Diff``: the inputs, and
+the hash of the build context with each file's full mode, ``context.go``) and pushes without asking
+the registry. So the stack asks the registry at deploy (ECR ListImages through ``aws.ecr.get_images``)
+and registers a build only for a tag the repository does not hold; a tag it holds (a revert of the
+inputs, a deployer with another umask, a second machine) is used by the digest the registry gives,
+and nothing is built or pushed. Builds are ``retain_on_delete``: the provider's ``Image.Delete``
+deletes the pushed digest from the registry, and a build leaves the program once its tag is held.
+The context is still narrowed to what the tag hashes (``workloads/.dockerignore``, generated from the
+Dockerfile's COPY sources by :func:`dockerignore_text`), so a file the image does not copy never
+makes a new tag. ``pull`` stays off (with it the provider rebuilds on every update); ``buildOnPreview``
+is off (a preview only hashes the context). No registry cache (``cacheTo``) in the repository:
+BuildKit re-pushes its cache manifest under the same tag on every build, which IMMUTABLE refuses.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import json
 import pathlib
 import re
 import shlex
+import stat
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -135,10 +136,20 @@ def context_files(context: pathlib.Path) -> dict[str, bytes]:
     return files
 
 
+def portable_mode(st_mode: int) -> str:
+    """What of a file's mode the tag hashes: its kind and whether it is executable, as git records
+    it (``100644`` / ``100755``), in Go's ``FileMode.String()`` form. The permission bits that the
+    deployer's umask decides (group and other write, a private checkout's missing read bits) are
+    left out, so machines with different umasks compute the same tag."""
+    if stat.S_ISLNK(st_mode):
+        return build_context.go_mode(stat.S_IFLNK | 0o777)
+    return build_context.go_mode(stat.S_IFREG | (0o755 if st_mode & stat.S_IXUSR else 0o644))
+
+
 def context_modes(context: pathlib.Path, names: Iterable[str]) -> dict[str, str]:
-    """Each file's mode as the provider hashes it (Go ``FileMode.String()`` of its lstat): COPY
-    keeps a file's mode in the image, and the provider rebuilds on a mode change."""
-    return {n: build_context.go_mode((context / n).lstat().st_mode) for n in names}
+    """Each file's :func:`portable_mode` (of its lstat): COPY keeps a file's executable bit in the
+    image, so a change of it is a new image."""
+    return {n: portable_mode((context / n).lstat().st_mode) for n in names}
 
 
 def content_tag(files: Mapping[str, bytes], build_args: Mapping[str, str], modes: Mapping[str, str] | None = None, settings: Mapping[str, str | bool] | None = None) -> str:
@@ -192,16 +203,17 @@ def _base(cluster_name: str) -> str:
     return base
 
 
-def repository_name(cluster_name: str) -> str:
-    """``<cluster>-workloads``, in ECR's alphabet (:func:`_base`)."""
-    return ECR_REPOSITORY.name(_base(cluster_name), "workloads")
+def repository_name(cluster_name: str, suffix: str = "workloads", sep: str = "-") -> str:
+    """``<cluster><sep><suffix>`` (``training-dev-workloads``, ``training-dev/portal``), in ECR's
+    alphabet (:func:`_base`): every repository the stack owns is named here."""
+    return ECR_REPOSITORY.name(_base(cluster_name), suffix, sep=sep)
 
 
 def mirror_repository_name(cluster_name: str, upstream: str) -> str:
     """``<cluster>-mirror/<upstream host>/<upstream path>``: one repository per upstream
     repository (``training-dev-mirror/docker.io/pytorch/pytorch``)."""
     repo, _tag = images.repository_and_tag(upstream)
-    return f"{ECR_REPOSITORY.name(_base(cluster_name), 'mirror')}/{repo}"
+    return f"{repository_name(cluster_name, 'mirror')}/{repo}"
 
 
 def lifecycle_policy(keep: int = KEEP_TAGGED_IMAGES) -> str:
@@ -241,6 +253,49 @@ def _repository(name: str, repo_name: str, tags: dict[str, str], keep: int, pare
     return repository
 
 
+# ECR ListImages' error code for a repository that does not exist (ECR API Reference, ListImages
+# "Errors": RepositoryNotFoundException); the provider's message carries it. Any other error is raised.
+REPOSITORY_NOT_FOUND = "RepositoryNotFoundException"
+
+
+def held_tags(repository_name: str, parent: pulumi.Resource) -> dict[str, str]:
+    """tag -> digest of the images ``repository_name`` holds now (``aws.ecr.get_images``: ECR
+    ListImages, every page), asked before anything is registered; {} for a repository that does
+    not exist yet (a first deploy)."""
+    try:
+        found = aws.ecr.get_images(repository_name=repository_name, opts=pulumi.InvokeOptions(parent=parent))
+    except Exception as err:  # noqa: BLE001 - the provider reports a missing repository as an error
+        if REPOSITORY_NOT_FOUND not in str(err):
+            raise
+        return {}
+    return {i.image_tag: i.image_digest for i in found.image_ids or [] if i.image_tag and i.image_digest}
+
+
+def pushed_image(name: str, *, repository: aws.ecr.Repository, repository_name: str, tag: str, context: str, dockerfile: str, build_args: Mapping[str, str],
+                 parent: pulumi.Resource) -> pulumi.Output[str]:
+    """``<repository url>@<digest>`` of the image ``tag``: the registry's own digest when the
+    repository holds the tag already (nothing built, nothing pushed), else the digest of the build
+    registered here and pushed at deploy."""
+    url = repository.repository_url
+    held = held_tags(repository_name, parent)
+    if tag in held:
+        return url.apply(lambda u: f"{u}@{held[tag]}")
+    image = docker_build.Image(
+        name,
+        context={"location": context},
+        dockerfile={"location": dockerfile},
+        platforms=[docker_build.Platform(PLATFORM)],
+        build_args=dict(build_args),
+        tags=[url.apply(lambda u: f"{u}:{tag}")],
+        push=True,
+        pull=False,
+        build_on_preview=False,
+        registries=[_registry_login(repository, parent)],
+        opts=pulumi.ResourceOptions(parent=parent, retain_on_delete=True),
+    )
+    return pulumi.Output.all(url, image.digest).apply(lambda a: f"{a[0]}@{a[1]}")
+
+
 def _registry_login(repository: aws.ecr.Repository, parent: pulumi.Resource) -> docker_build.RegistryArgs:
     """pulumi-docker-build's registry credentials for the stack's ECR (``GetAuthorizationToken``)."""
     token = aws.ecr.get_authorization_token_output(registry_id=repository.registry_id, opts=pulumi.InvokeOutputOptions(parent=parent))
@@ -251,33 +306,20 @@ class TrainingImage(pulumi.ComponentResource):
     """The ECR repository and the training image built into it; ``ref`` is ``<repo url>@<digest>``."""
 
     repository: aws.ecr.Repository
-    image: docker_build.Image
     tag: str
     ref: pulumi.Output[str]
 
     def __init__(self, name: str, *, cluster_name: str, tags: dict[str, str], opts: pulumi.ResourceOptions | None = None):
         super().__init__("training-platform:infra:TrainingImage", name, None, opts)
         # removing the repository (every job brings its own image) removes the images too
-        self.repository = _repository(name, repository_name(cluster_name), tags, KEEP_TAGGED_IMAGES, self)
+        repo_name = repository_name(cluster_name)
+        self.repository = _repository(name, repo_name, tags, KEEP_TAGGED_IMAGES, self)
         if problem := context_problem(PROJECT_DIR / CONTEXT):
             raise pulumi.RunError(problem)
         self.tag = image_tag()
-        url = self.repository.repository_url
-        self.image = docker_build.Image(
-            name,
-            context={"location": CONTEXT},
-            dockerfile={"location": f"{CONTEXT}/{DOCKERFILE}"},
-            platforms=[docker_build.Platform(PLATFORM)],
-            build_args=dict(versions.WORKLOAD_BUILD_ARGS),
-            tags=[url.apply(lambda u: f"{u}:{self.tag}")],
-            push=True,
-            pull=False,
-            build_on_preview=False,
-            registries=[_registry_login(self.repository, self)],
-            opts=pulumi.ResourceOptions(parent=self),
-        )
-        self.ref = pulumi.Output.all(url, self.image.digest).apply(lambda a: f"{a[0]}@{a[1]}")
-        self.register_outputs({"repositoryUrl": url, "tag": self.tag, "ref": self.ref})
+        self.ref = pushed_image(name, repository=self.repository, repository_name=repo_name, tag=self.tag, context=CONTEXT, dockerfile=f"{CONTEXT}/{DOCKERFILE}",
+                                build_args=versions.WORKLOAD_BUILD_ARGS, parent=self)
+        self.register_outputs({"repositoryUrl": self.repository.repository_url, "tag": self.tag, "ref": self.ref})
 
 
 def _slug(text: str) -> str:
@@ -297,9 +339,10 @@ class ImageMirror(pulumi.ComponentResource):
     registries"), on the machine running ``pulumi up``, which pulls from Docker Hub once per
     pinned tag; the nodes pull the copy from the stack's ECR, which has no anonymous per-address
     limit. A preview copies nothing (``Index.Update`` returns on a dry run). The copy's tag is the
-    upstream's, so an unchanged pin changes no input and pushes nothing (``Index.Diff``); a new pin
-    is a new resource, and the old copy is kept (``retain_on_delete``) for pods that still run it
-    until the lifecycle policy expires it. Why not an ECR pull-through cache rule: for Docker Hub
+    upstream's; a tag the copy's repository holds already (asked at deploy, :func:`held_tags`) is
+    used by its digest and not copied again, whatever the state remembers (a pin going A -> B -> A);
+    a new pin is a new resource, and the old copy is kept (``retain_on_delete``) for pods that still
+    run it until the lifecycle policy expires it. Why not an ECR pull-through cache rule: for Docker Hub
     it needs Docker Hub credentials in a Secrets Manager secret (ECR User Guide, "Sync an upstream
     registry with an Amazon ECR private registry"), which a stack cannot make; and the images are
     not on ECR Public (its ``docker/library`` namespace holds Docker's official images only)."""
@@ -320,6 +363,10 @@ class ImageMirror(pulumi.ComponentResource):
             if repo not in self._repositories:
                 self._repositories[repo] = _repository(f"{self._name}-{_slug(repo)}", mirror_repository_name(self._cluster_name, ref), self._tags, KEEP_MIRRORED_IMAGES, self)
             repository = self._repositories[repo]
+            held = held_tags(mirror_repository_name(self._cluster_name, ref), self)
+            if tag in held:  # copied by an earlier deploy (a pin going A -> B -> A): copied again, ECR would refuse the tag
+                self.refs[ref] = repository.repository_url.apply(lambda u, tag=tag, digest=held[tag]: f"{u}:{tag}@{digest}")
+                return self.refs[ref]
             self.refs[ref] = docker_build.Index(
                 f"{self._name}-{_slug(repo)}-{_slug(tag)}",
                 sources=[f"{repo}:{tag}"],

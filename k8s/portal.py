@@ -16,11 +16,10 @@ from typing import Any
 
 import pulumi
 import pulumi_aws as aws
-import pulumi_docker_build as docker_build
 
 import versions
 from config.labels import NODE_ROLE_LABEL
-from infra.registry import PLATFORM, _registry_login, _repository
+from infra.registry import PLATFORM, _repository, content_tag, context_modes, pushed_image, repository_name
 from k8s import helm
 from k8s.builders import portal as mp
 from k8s.resources import apply_manifest
@@ -46,12 +45,16 @@ def image_sources() -> dict[str, bytes]:
 
 
 def image_tag() -> str:
-    """A tag from the image's inputs: the copied files and the build args."""
-    h = hashlib.sha256()
-    for rel, data in sorted(image_sources().items()):
-        h.update(rel.encode() + b"\0" + hashlib.sha256(data).digest())
-    h.update(json.dumps(build_args(), sort_keys=True).encode())
-    return h.hexdigest()[:16]
+    """The tag of the portal's image: :func:`infra.registry.content_tag` of the files it copies (with
+    their portable modes), its build args and its build settings, as the training image's."""
+    files = image_sources()
+    return content_tag(files, build_args(), context_modes(PROJECT_DIR, files), {"context": ".", "dockerfile": DOCKERFILE, "platforms": PLATFORM, "push": True, "pull": False, "buildOnPreview": False})
+
+
+def portal_repository_name(cluster_name: str) -> str:
+    """``<cluster>/portal`` in ECR's alphabet, normalised as every repository of the stack is
+    (infra/registry.py ``_base``)."""
+    return repository_name(cluster_name, "portal", sep="/")
 
 
 def build_args() -> dict[str, str]:
@@ -97,15 +100,11 @@ class Portal(pulumi.ComponentResource):
         document = signer.apply(lambda sg: json.dumps(mp.settings_document(portal, region=s.region, signer=sg, namespaces=namespaces, quotas=quotas), sort_keys=True))
         config_hash = document.apply(lambda d: hashlib.sha256(d.encode()).hexdigest()[:16])
 
-        # the image, as the training image is built (infra/registry.py)
-        repository = _repository(f"{name}-image", f"{s.cluster_name}/portal"[:256].lower(), tags, KEEP_IMAGES, self)
-        tag = image_tag()
-        url = repository.repository_url
-        image = docker_build.Image(
-            f"{name}-image", context={"location": "."}, dockerfile={"location": DOCKERFILE}, platforms=[docker_build.Platform(PLATFORM)], build_args=build_args(),
-            tags=[url.apply(lambda u: f"{u}:{tag}")], push=True, pull=False, build_on_preview=False, registries=[_registry_login(repository, self)], opts=child,
-        )
-        self.image_ref = pulumi.Output.all(url, image.digest).apply(lambda a: f"{a[0]}@{a[1]}")
+        # the image, by the rule of every image the stack pushes (infra/registry.py pushed_image)
+        repo_name = portal_repository_name(s.cluster_name)
+        repository = _repository(f"{name}-image", repo_name, tags, KEEP_IMAGES, self)
+        self.image_ref = pushed_image(f"{name}-image", repository=repository, repository_name=repo_name, tag=image_tag(), context=".", dockerfile=DOCKERFILE,
+                                      build_args=build_args(), parent=self)
 
         # what serves the Ingresses
         serves: list[pulumi.Resource] = []

@@ -172,3 +172,54 @@ def test_name_check_notices_a_collision():
 
     problems = [p[2] for p in _name_problems(FakeRun())]
     assert any("share the name" in p for p in problems) and any("65 characters" in p for p in problems)
+
+
+# Every name for every cluster name the config accepts (config/checks.py _CLUSTER_NAME_RE: a letter or
+# digit, then letters, digits, '-' and '_'), the portal on so that its repository and ALB are named too.
+ACCEPTED_CLUSTERS = ["a--b", "x_", "trailing-", "Train", "train", "internal-lb", "9_-_9", LONGEST_CLUSTER]
+
+
+@pytest.fixture(scope="module")
+def accepted_runs():
+    import copy
+
+    from tests.conftest import stack_file
+    from tests.e2e.portal_helpers import PORTAL
+
+    runs = {}
+    for cluster in ACCEPTED_CLUSTERS:
+        cfg = copy.deepcopy(stack_file("teams")["config"])
+        cfg["training-platform:cluster"] = {**cfg.get("training-platform:cluster", {}), "name": cluster}
+        cfg["training-platform:portal"] = copy.deepcopy(PORTAL)
+        runs[cluster] = run_config(cfg, stack="teams")
+    return runs
+
+
+@pytest.mark.parametrize("cluster", ACCEPTED_CLUSTERS)
+def test_every_aws_name_is_valid_for_its_service_for_every_accepted_cluster_name(accepted_runs, cluster):
+    from k8s.builders.portal import load_balancer_name
+
+    run = accepted_runs[cluster]
+    assert run.one("eks:index:Cluster").inputs["name"] == cluster
+    assert [p for p in _name_problems(run) if p[:2] not in LEAD_OWNED] == []
+    repositories = [r.inputs["name"] for r in run.by_type("aws:ecr/repository:Repository")]
+    assert len(repositories) >= 2 and all(names.ECR_REPOSITORY.fits(r) for r in repositories), repositories  # workloads and portal/
+    assert names.LOAD_BALANCER.fits(load_balancer_name(cluster))
+    ingresses = [r for r in run.registrations if r.type.endswith(":Ingress")]
+    lb = {i.inputs["metadata"]["annotations"].get("alb.ingress.kubernetes.io/load-balancer-name") for i in ingresses} - {None}
+    assert lb == {load_balancer_name(cluster)}
+
+
+def test_names_that_differ_in_case_or_separators_stay_apart(accepted_runs):
+    def repos(cluster):
+        return {r.name: r.inputs["name"] for r in accepted_runs[cluster].by_type("aws:ecr/repository:Repository")}
+
+    assert set(repos("Train").values()).isdisjoint(repos("train").values())
+
+
+def test_the_pattern_rules_refuse_what_the_services_refuse():
+    assert not names.ECR_REPOSITORY.fits("a--b/portal") and not names.ECR_REPOSITORY.fits("x_/portal") and not names.ECR_REPOSITORY.fits("Train/portal")
+    assert not names.ECR_REPOSITORY.fits("a") and names.ECR_REPOSITORY.fits("a-b/c.d_e")
+    assert not names.LOAD_BALANCER.fits("internal-x-portal") and not names.LOAD_BALANCER.fits("x-") and not names.LOAD_BALANCER.fits("-x")
+    assert names.ECR_REPOSITORY.name("a--b", "portal", sep="/") != names.ECR_REPOSITORY.name("a-b", "portal", sep="/")
+    assert names.LOAD_BALANCER.name("internal-lb", "portal").endswith("-portal") and names.LOAD_BALANCER.fits(names.LOAD_BALANCER.name("internal-lb", "portal"))

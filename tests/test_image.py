@@ -115,7 +115,7 @@ def test_tag_follows_what_the_build_reads(tmp_path: pathlib.Path):
     assert registry.image_tag(ctx) == changed
     assert registry.image_tag(ctx, {**versions.WORKLOAD_BUILD_ARGS, "EFA_INSTALLER_VERSION": "9.9.9"}) != changed, "a version bump pushes a new tag"
     (ctx / "requirements.txt").chmod(0o755)
-    assert registry.image_tag(ctx) != changed, "COPY keeps the mode and the provider hashes it: a mode change is a new tag"
+    assert registry.image_tag(ctx) != changed, "COPY keeps the executable bit: a new one is a new tag (the umask's bits are not: tests/test_image_pushes.py)"
 
 
 # --- the context the provider hashes (pulumi-docker-build 0.0.22, infra/build_context.py) ---

@@ -38,8 +38,8 @@ from pulumi.runtime.sync_await import _sync_await
 from config import aws_facts
 from config.stack_file import StackFileError, load_stack_file
 from tools import stack_refs
+from tools.mock_account import ACCOUNT, AccountState
 
-ACCOUNT = "123456789012"
 UNKNOWN = rpc.UNKNOWN
 SECRET_MASK = "[secret]"
 
@@ -124,12 +124,12 @@ def _short_id(*parts: str) -> str:
 class PlanMocks(pmocks.Mocks):
     """Outputs for each resource type, and answers to provider functions."""
 
-    def __init__(self, region: str, caller_arn: str | None = None, ssm_parameters: dict[str, str] | None = None, stack_outputs: dict[str, dict] | None = None):
+    def __init__(self, region: str, caller_arn: str | None = None, account: AccountState | None = None, stack_outputs: dict[str, dict] | None = None):
         self.region = region
         self.stack_outputs = dict(stack_outputs or {})  # fully qualified stack name -> its outputs (StackReference)
         self.known_region = aws_facts.is_region(region)
         self.partition = aws_facts.partition(region) if self.known_region else None
-        self.ssm_parameters = dict(ssm_parameters or {})  # what an earlier deploy left in SSM
+        self.account = account or AccountState()  # what the account holds already (SSM parameters, ECR images)
         self.caller_arn = caller_arn or f"arn:{self.partition or 'aws'}:iam::{ACCOUNT}:user/render"
 
     def _unknown_region(self) -> str:
@@ -153,11 +153,8 @@ class PlanMocks(pmocks.Mocks):
         return [f"{self.region}{letter}" for letter in "abc"], []
 
     def call(self, args: pmocks.MockCallArgs) -> tuple[dict, list[tuple[str, str]]]:
-        if args.token == "aws:ssm/getParameter:getParameter":
-            name = args.args.get("name", "")
-            if name not in self.ssm_parameters:  # as the provider reports a missing parameter
-                return {}, [("name", f"ParameterNotFound: {name}")]
-            return {"name": name, "value": self.ssm_parameters[name], "type": "String", "id": name}, []
+        if (held := self.account.answer(args.token, args.args)) is not None:
+            return held
         if not self.known_region and args.token.startswith("aws:"):  # as the provider fails for a region it cannot reach
             return {}, [("region", self._unknown_region())]
         return self._answer(args), []  # (outputs, check failures)
@@ -450,11 +447,12 @@ def _ensure_event_loop() -> None:
 
 
 def run_program(project_dir: str | os.PathLike[str], stack: str, stack_config: dict | None = None, main: str | None = None, caller_arn: str | None = None, ssm_parameters: dict[str, str] | None = None,
-                stack_outputs: dict[str, dict] | None = None) -> ProgramRun:
+                stack_outputs: dict[str, dict] | None = None, registry_images: dict[str, dict[str, str]] | None = None) -> ProgramRun:
     """Run ``__main__.py`` of the project for ``stack`` under mocks; return what it registered.
 
     ``stack_config`` replaces ``Pulumi.<stack>.yaml`` (tests: other configurations); ``caller_arn`` is the identity ``aws.getCallerIdentity`` answers with (the deployer);
-    ``ssm_parameters`` are the SSM parameters that exist already (an earlier deploy's);
+    ``ssm_parameters`` are the SSM parameters that exist already (an earlier deploy's); ``registry_images``
+    the images the account's ECR holds (repository -> {tag: digest}; tools/mock_account.py);
     ``stack_outputs``: fully qualified stack name -> the outputs a StackReference to it reads (default:
     the stacks of this repository the config names, rendered first: tools/stack_refs.py).
     A stack file that is not valid (see :func:`config.stack_file.load_stack_file`) raises
@@ -470,7 +468,7 @@ def run_program(project_dir: str | os.PathLike[str], stack: str, stack_config: d
     if stack_outputs is None:  # rendered before this program starts: the mock runtime is process-global
         stack_outputs = {name: run_program(d, s).outputs for name, (d, s) in stack_refs.referenced_stacks(config).items()}
     _ensure_event_loop()
-    monitor = RecordingMonitor(PlanMocks(region, caller_arn, ssm_parameters, stack_outputs))
+    monitor = RecordingMonitor(PlanMocks(region, caller_arn, AccountState(dict(ssm_parameters or {}), dict(registry_images or {})), stack_outputs))
     psettings.ROOT.set(None)
     pulumi.runtime.set_all_config(config, secret_keys)
     pmocks.set_mocks(monitor.mocks, project=project, stack=stack, preview=False, monitor=monitor)

@@ -31,7 +31,7 @@ import json
 from typing import Any
 
 from config.labels import NODE_ROLE_LABEL
-from config.names import aws_name
+from config.names import LOAD_BALANCER
 from config.namespaces import PORTAL_NAMESPACE
 from config.portal_models import PortalSettings
 from k8s.builders.tenants import TEAM_POD_SECURITY_LABELS, team_group
@@ -43,7 +43,7 @@ OIDC_SECRET = "portal-oidc"
 OIDC_SECRET_READER = "alb-controller-reads-portal-oidc"
 IMPERSONATOR = "training-platform:portal-impersonator"
 SUBJECT_EXTRA = "portal-subject"  # trainctl/portal/identity.py SUBJECT_EXTRA
-LB_NAME_MAX = 32  # aws-load-balancer-controller v3.5.0 annotations.md: load-balancer-name "longer than 32 characters will be treated as an error"
+LB_NAME_MAX = LOAD_BALANCER.limit  # 32; aws-load-balancer-controller v3.5.0 annotations.md: load-balancer-name "longer than 32 characters will be treated as an error"
 LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "training-platform"}
 ALB_CLASS = "alb"
 # EKS Auto Mode's load balancing: an IngressClass of controller eks.amazonaws.com/alb with its
@@ -62,7 +62,7 @@ def load_balancer_name(cluster_name: str) -> str:
     name (config/names.py): an ALB name has at most 32 characters, alphanumerics and hyphens only
     (Elastic Load Balancing API Reference, CreateLoadBalancer ``Name``), so a cluster name with
     ``_`` or two long cluster names sharing a prefix still give two valid, distinct names."""
-    return aws_name(cluster_name, NAME, limit=LB_NAME_MAX, allowed=r"[A-Za-z0-9-]")
+    return LOAD_BALANCER.name(cluster_name, NAME)
 
 
 def signer_prefix(partition: str, region: str, account: str, lb_name: str) -> str:

@@ -1,0 +1,35 @@
+"""What the account already holds when a program runs under the mock runtime: the SSM parameters an
+earlier deploy left and the images in the stack's ECR repositories. The provider functions that read
+them answer from here, and fail as the provider does when the thing is missing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+ACCOUNT = "123456789012"
+
+
+@dataclass
+class AccountState:
+    """``ssm_parameters``: name -> value; ``registry_images``: repository name -> {tag: digest}
+    (a repository that is absent does not exist yet)."""
+
+    ssm_parameters: dict[str, str] = field(default_factory=dict)
+    registry_images: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def answer(self, token: str, args: dict) -> tuple[dict, list[tuple[str, str]]] | None:
+        """(outputs, failures) of a provider function that reads the account, else None."""
+        if token == "aws:ssm/getParameter:getParameter":
+            name = args.get("name", "")
+            if name not in self.ssm_parameters:  # as the provider reports a missing parameter
+                return {}, [("name", f"ParameterNotFound: {name}")]
+            return {"name": name, "value": self.ssm_parameters[name], "type": "String", "id": name}, []
+        if token == "aws:ecr/getImages:getImages":
+            # ECR ListImages (the data source's call): a missing repository is RepositoryNotFoundException
+            # (ECR API Reference, ListImages "Errors"); else every image id, tagged or not
+            repo = args.get("repositoryName", "")
+            if repo not in self.registry_images:
+                return {}, [("repositoryName", f"RepositoryNotFoundException: The repository with name '{repo}' does not exist in the registry with id '{ACCOUNT}'")]
+            ids = [{"imageTag": tag, "imageDigest": digest} for tag, digest in sorted(self.registry_images[repo].items())]
+            return {"imageIds": ids, "repositoryName": repo, "registryId": args.get("registryId") or ACCOUNT, "id": repo}, []
+        return None
