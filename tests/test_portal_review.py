@@ -18,7 +18,7 @@ from config import aws_facts
 from config.portal_models import PortalSettings, portal_rules
 from k8s import portal as kp
 from k8s.builders import portal as mp
-from tests.test_portal import ARN, PUB, TEAMS, alb_token, verifier
+from tests.test_portal import ALB_FORWARDED, ARN, PUB, TEAMS, alb_token, verifier
 from trainctl.portal import __main__ as entry
 from trainctl.portal import guard
 from trainctl.portal.app import Settings, create_app
@@ -28,7 +28,7 @@ from trainctl.portal.identity import KeyFetcher, KeyUnavailable, Unauthorized
 def _app(**settings) -> TestClient:
     cfg = client.Configuration()
     cfg.host = "https://127.0.0.1:9"  # nothing listens: no test here reaches a cluster
-    return TestClient(create_app(cfg, Settings(mode="alb", region="us-west-2", signer=ARN, teams=TEAMS, **settings), alb_keys=lambda kid: PUB), raise_server_exceptions=False)
+    return TestClient(create_app(cfg, Settings(mode="alb", region="us-west-2", signer=ARN, teams=TEAMS, **settings), alb_keys=lambda kid: PUB), raise_server_exceptions=False, headers=ALB_FORWARDED)
 
 
 # 1. the controller reads the OIDC Secret: a Role on that one Secret, bound to the chart's service account
@@ -66,7 +66,7 @@ def _raw(app, method: str, path: str, headers: dict[str, str], chunks: list[byte
         sent.append(message)
 
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "",
-             "query_string": b"", "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()], "client": ("10.0.0.1", 1), "server": ("portal", 8080)}
+             "query_string": b"", "headers": [(k.lower().encode(), v.encode()) for k, v in {**ALB_FORWARDED, **headers}.items()], "client": ("10.0.0.1", 1), "server": ("portal", 8080)}
     loop = asyncio.new_event_loop()  # its own loop: asyncio.run would leave the thread without one (Pulumi's mocks use the current loop)
     try:
         loop.run_until_complete(app(scope, receive, send))
