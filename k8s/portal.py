@@ -134,8 +134,8 @@ class Portal(pulumi.ComponentResource):
             mp.service_account(), mp.impersonator_role(teams), mp.impersonator_binding(), mp.config_map(document),
             mp.service(), mp.network_policy([vpc_cidr]),
         ]
-        if self_managed:  # the controller reads the OIDC Secret (Auto Mode's is AWS's own, outside the cluster)
-            objs += [mp.oidc_secret_reader_role(), mp.oidc_secret_reader_binding(ALB_CONTROLLER_NAMESPACE, ALB_CONTROLLER_SERVICE_ACCOUNT)]
+        # the controller reads the OIDC Secret: the chart's service account, or Auto Mode's group eks:managed
+        objs += mp.oidc_secret_readers(auto_mode=not self_managed, controller_namespace=ALB_CONTROLLER_NAMESPACE, controller_service_account=ALB_CONTROLLER_SERVICE_ACCOUNT)
         made = [apply_manifest(m, in_ns) for m in objs]
         # the client secret: a Pulumi secret in the state (the Secret's stringData marked so)
         made.append(apply_manifest(mp.oidc_secret(portal.client_id, portal.client_secret), pulumi.ResourceOptions.merge(in_ns, pulumi.ResourceOptions(additional_secret_outputs=["stringData", "data"]))))

@@ -35,6 +35,8 @@ from trainctl.portal.service import JobSpec, Problems, pick_instance_type, reque
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ARN = "arn:aws:elasticloadbalancing:us-west-2:123456789012:loadbalancer/app/training-teams-portal/0123456789abcdef"
 TEAMS = {"vision": TeamLogin("vision", frozenset({"vision-devs"})), "nlp": TeamLogin("nlp", frozenset(), frozenset({"ana@example.com"}))}
+# what the ALB adds to every request it forwards (its HTTPS listener; the client's address appended)
+ALB_FORWARDED = {"x-forwarded-proto": "https", "x-forwarded-for": "198.51.100.20"}
 
 
 def keypair():
@@ -232,7 +234,7 @@ def app_client():
     cfg = client.Configuration()
     cfg.host = "https://127.0.0.1:9"  # nothing listens: no test here reaches a cluster
     app = create_app(cfg, Settings(mode="alb", region="us-west-2", signer=ARN, teams=TEAMS), alb_keys=lambda kid: PUB)
-    return TestClient(app, raise_server_exceptions=False)
+    return TestClient(app, raise_server_exceptions=False, headers=ALB_FORWARDED)
 
 
 @pytest.mark.parametrize("path", ["/api/trainjobs?namespace=vision", "/api/trainjob/x/status?namespace=vision", "/", "/submit", "/api/team"])

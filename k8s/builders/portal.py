@@ -12,7 +12,9 @@
   ``impersonate`` on ``users``/``groups`` in the core group and ``userextras/<key>`` in
   ``authentication.k8s.io``, restricted by ``resourceNames``.)
 * Deployment (one replica: the CSRF key is the process's), Service, ConfigMap ``portal.json``
-  (Region, the ALB's ARN up to its name, the teams' logins), the OIDC client Secret the ALB reads.
+  (Region, the ALB's ARN up to its name, the teams' logins), the OIDC client Secret the ALB reads,
+  and a Role of that one Secret for the controller that reads it: the self-managed controller's
+  service account, or in Auto Mode the group ``eks:managed`` (get only).
 * Two Ingresses in one ALB (IngressGroup): the pages with ``auth-on-unauthenticated-request:
   authenticate`` (OIDC login), and ``/api`` with ``allow`` (a browser session still gets its
   identity header; a team's backend sends a Kubernetes bearer token, which the portal passes to the
@@ -125,6 +127,41 @@ def oidc_secret_reader_binding(controller_namespace: str, controller_service_acc
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": OIDC_SECRET_READER},
         "subjects": [{"kind": "ServiceAccount", "name": controller_service_account, "namespace": controller_namespace}],
     }
+
+
+# EKS Auto Mode's load balancer controller runs on the control plane as the service-linked role
+# AWSServiceRoleForAmazonEKS, whose managed access policy "does not currently grant get on Secret
+# objects"; its auto-created access entry declares the Kubernetes group eks:managed, and the guide's
+# grant is a Role of exactly get on the named OIDC Secret, in the Secret's namespace, bound to
+# ``kind: Group, name: eks:managed`` (awsdocs/amazon-eks-user-guide latest/ug/automode/
+# auto-managed-rbac-example.adoc, "Grant the EKS Auto Mode load balancer controller access to a
+# specific Secret", Step 2; auto-managed-rbac.adoc: the group "applies to all EKS Auto Mode managed
+# controllers", so scope it by resourceNames and a namespaced Role).
+AUTO_MODE_SECRET_READER = "eks-managed-reads-portal-oidc"
+AUTO_MODE_MANAGED_GROUP = "eks:managed"
+
+
+def auto_mode_oidc_secret_reader_role() -> dict:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _meta(AUTO_MODE_SECRET_READER),
+        "rules": [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [OIDC_SECRET], "verbs": ["get"]}],
+    }
+
+
+def auto_mode_oidc_secret_reader_binding() -> dict:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": _meta(AUTO_MODE_SECRET_READER),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": AUTO_MODE_SECRET_READER},
+        "subjects": [{"kind": "Group", "name": AUTO_MODE_MANAGED_GROUP, "apiGroup": "rbac.authorization.k8s.io"}],
+    }
+
+
+def oidc_secret_readers(*, auto_mode: bool, controller_namespace: str, controller_service_account: str) -> list[dict]:
+    """Who may read the OIDC client Secret, the ALB's controller of this mode only: in Auto Mode the
+    group ``eks:managed`` (get), else the self-managed controller's service account."""
+    if auto_mode:
+        return [auto_mode_oidc_secret_reader_role(), auto_mode_oidc_secret_reader_binding()]
+    return [oidc_secret_reader_role(), oidc_secret_reader_binding(controller_namespace, controller_service_account)]
 
 
 def service_account() -> dict:

@@ -68,7 +68,8 @@ def alb_header(up, sub: str, team: str, *, exp_in: int = 300, key=KEY, signer_ar
     exp = int(time.time()) + exp_in
     token = jwt.encode({"sub": sub, "email": f"{sub}@example.com", "groups": [TEAM_GROUPS[team]], "exp": exp}, key, algorithm="ES256",
                        headers={"kid": KID, "signer": signer_arn or signer(up), "exp": exp})
-    return {"x-amzn-oidc-data": token}
+    # with what the ALB adds to every request it forwards (trainctl/portal/identity.py forwarded_source)
+    return {"x-amzn-oidc-data": token, "x-forwarded-proto": "https", "x-forwarded-for": "198.51.100.20"}
 
 
 def alb_keys(kid: str) -> str:

@@ -19,7 +19,7 @@ from kubernetes import client
 from trainctl.kube import ClusterError, NotAllowed
 from trainctl.portal.backend import Backend
 from trainctl.portal.guard import CALLER_KEY, BodyTooLarge, Guard
-from trainctl.portal.identity import OIDC_HEADER, AlbIdentity, Caller, TeamLogin, Unauthorized, bearer
+from trainctl.portal.identity import FORWARDED_FOR, FORWARDED_PROTO, OIDC_HEADER, AlbIdentity, Caller, KeyFetcher, TeamLogin, Unauthorized, bearer, forwarded_source
 from trainctl.portal.service import Portal, Problems
 
 
@@ -51,7 +51,7 @@ def _status_of(err: ClusterError) -> int:
 
 
 class Auth:
-    def __init__(self, settings: Settings, alb_keys: Callable[[str], Any] | None):
+    def __init__(self, settings: Settings, alb_keys: Callable[[str], Any] | KeyFetcher | None):
         self.settings = settings
         self.alb = AlbIdentity(region=settings.region, alb_arn=settings.signer, teams=settings.teams, keys=alb_keys) if settings.mode == "alb" else None
         self.csrf_key = secrets.token_bytes(32)
@@ -74,7 +74,11 @@ class Auth:
             if not oidc:
                 raise Unauthorized("this portal takes no Kubernetes bearer tokens (portal.apiBearerTokens is off): sign in through the portal's address, or use kubectl or trainctl")
         assert self.alb is not None
-        return self.alb.caller(oidc, team=request.query_params.get("team"))
+        if not oidc:
+            return self.alb.caller(oidc)  # the 401 that says how to sign in
+        # the path the deployment expects (the ALB), and the client whose key-fetch budget a new kid spends
+        source = forwarded_source(request.headers.getlist(FORWARDED_FOR), request.headers.get(FORWARDED_PROTO))
+        return self.alb.caller(oidc, team=request.query_params.get("team"), source=source)
 
     def csrf_token(self, caller: Caller) -> str:
         return hmac.new(self.csrf_key, f"{caller.via}|{caller.name}|{caller.team}".encode(), hashlib.sha256).hexdigest()
@@ -83,10 +87,11 @@ class Auth:
         return bool(token) and hmac.compare_digest(self.csrf_token(caller), str(token))
 
 
-def create_app(base: client.Configuration | None, settings: Settings, *, alb_keys: Callable[[str], Any] | None = None, backend: Backend | None = None) -> FastAPI:
+def create_app(base: client.Configuration | None, settings: Settings, *, alb_keys: Callable[[str], Any] | KeyFetcher | None = None, backend: Backend | None = None) -> FastAPI:
     """The portal. ``base``: the API server's address and the portal's own credentials (in-cluster:
     its service account, which may only impersonate; local: the kubeconfig's). ``alb_keys``: kid ->
-    public key, for tests only (production fetches the Region's ALB keys). ``backend``: another
+    public key, or a :class:`KeyFetcher` around a test's fetch function, for tests only (production
+    fetches the Region's ALB keys). ``backend``: another
     answer to the routes' calls than the cluster's (trainctl/portal/backend.py; ``trainctl ui
     --local``: the jobs of this machine, and no ``base``)."""
     from trainctl.portal import api, pages

@@ -24,10 +24,15 @@ The production key source is :func:`alb_public_key`; a test gives another throug
 
 from __future__ import annotations
 
+import base64
+import binascii
+import ipaddress
+import json
 import re
 import threading
 import time
 import urllib.request
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +51,20 @@ _KID_RE = re.compile(r"^[A-Za-z0-9-]{1,64}$", re.ASCII)
 _HEADER_VALUE_RE = re.compile(r"^[\x21-\x7e](?:[\x20-\x7e]{0,254}[\x21-\x7e])?$", re.ASCII)
 CLOCK_SKEW_S = 30
 _ALB_ID_RE = re.compile(r"^[0-9a-f]{16}$", re.ASCII)
+
+# What the ALB's header looks like (ELB User Guide, "Authenticate users using an Application Load
+# Balancer", "User claims encoding and signature verification"): a JWT whose header, payload and
+# signature "are base64 URL encoded" (the ALB includes base64 padding, "=": the guide warns that
+# "Standard libraries are not compatible with the padding"), signed with "ECDSA + P-256 + SHA256"
+# (ES256: a 64-byte r||s signature, RFC 7518 3.4), its JOSE header the fields alg, kid, signer, iss,
+# client, exp. Everything here is checked before a key is fetched; only the signature needs the key.
+_SEGMENT_RE = re.compile(r"^[A-Za-z0-9_-]*={0,2}$", re.ASCII)
+ES256_SIGNATURE_BYTES = 64
+# The guide: "If the total size of the user claims and access token received from the IdP is greater
+# than 11K bytes in size, the load balancer returns an error": claims under 11 KiB are under 15 KiB in
+# base64, and the JOSE header and signature add well under 1 KiB.
+MAX_OIDC_HEADER_CHARS = 16 * 1024
+MAX_JOSE_HEADER_CHARS = 2048  # alg, kid (a UUID), signer (an ARN), iss (a URL), client, exp
 
 
 class Unauthorized(Exception):
@@ -81,10 +100,13 @@ class Caller:
     gpu_quota: int | None = None
 
 
-KEY_FETCHES_PER_MINUTE = 10  # the ALB rotates its keys rarely; a flood of made-up kids gets no more
+KEY_FETCHES_PER_MINUTE = 10  # all sources together: the ALB rotates its keys rarely
+KEY_FETCHES_PER_SOURCE_PER_MINUTE = 2  # one client: below the ceiling, so one source never spends it all
+KEY_SOURCES_KEPT = 4096  # the sources whose recent fetches are remembered (the oldest forgotten first)
 KEY_FAILURE_TTL_S = 300.0  # a kid whose fetch failed is not fetched again for this long
 KEY_FAILURES_KEPT = 1024
 KEY_FETCH_TIMEOUT_S = 5
+_WINDOW_S = 60.0
 
 
 class KeyUnavailable(Exception):
@@ -98,19 +120,28 @@ def _http_get(url: str) -> str:
 
 class KeyFetcher:
     """The ALB's public keys of one Region by kid: fetched once and kept; a failure kept for
-    :data:`KEY_FAILURE_TTL_S`; at most :data:`KEY_FETCHES_PER_MINUTE` fetches a minute, so headers
-    with random kids (their signature is checked only after the key is known) cannot keep the
-    portal waiting on the key endpoint. Blocking: the app calls it off the event loop."""
+    :data:`KEY_FAILURE_TTL_S`. Fetches are budgeted per minute twice: at most ``per_source`` for
+    one client (``source``: :func:`forwarded_source`) and at most ``per_minute`` for all together,
+    ``per_source`` below ``per_minute``, so a flood of headers with made-up kids from one client (a
+    header's signature can only be checked once its key is known) spends that client's budget and
+    leaves fetches for everyone else. A call without a source counts against the ceiling only. A
+    refusal for the budget is not a failure of the kid: the same kid is fetched when a budget allows.
+    Blocking: the app calls it off the event loop."""
 
     def __init__(self, region: str, *, fetch: Callable[[str], str] = _http_get, now: Callable[[], float] = time.monotonic,
-                 per_minute: int = KEY_FETCHES_PER_MINUTE, failure_ttl_s: float = KEY_FAILURE_TTL_S):
-        self.region, self._fetch, self._now, self.per_minute, self.failure_ttl_s = region, fetch, now, per_minute, failure_ttl_s
+                 per_minute: int = KEY_FETCHES_PER_MINUTE, per_source: int = KEY_FETCHES_PER_SOURCE_PER_MINUTE,
+                 failure_ttl_s: float = KEY_FAILURE_TTL_S, sources_kept: int = KEY_SOURCES_KEPT):
+        if not 0 < per_source < per_minute:
+            raise ValueError(f"KeyFetcher: per_source ({per_source}) must be at least 1 and below per_minute ({per_minute}), so one source cannot spend every fetch")
+        self.region, self._fetch, self._now, self.per_minute, self.per_source, self.failure_ttl_s = region, fetch, now, per_minute, per_source, failure_ttl_s
+        self._sources_kept = sources_kept
         self._keys: dict[str, str] = {}
         self._failed: dict[str, float] = {}
         self._recent: list[float] = []
+        self._by_source: OrderedDict[str, list[float]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def __call__(self, kid: str) -> str:
+    def __call__(self, kid: str, source: str | None = None) -> str:
         with self._lock:
             if kid in self._keys:
                 return self._keys[kid]
@@ -118,10 +149,19 @@ class KeyFetcher:
             failed = self._failed.get(kid)
             if failed is not None and now - failed < self.failure_ttl_s:
                 raise KeyUnavailable(f"the key's fetch failed less than {self.failure_ttl_s:.0f} s ago")
-            self._recent = [t for t in self._recent if now - t < 60.0]
+            mine: list[float] = []
+            if source is not None:
+                mine = [t for t in self._by_source.pop(source, []) if now - t < _WINDOW_S]
+                self._by_source[source] = mine  # the most recent source last
+                while len(self._by_source) > self._sources_kept:
+                    self._by_source.popitem(last=False)
+                if len(mine) >= self.per_source:
+                    raise KeyUnavailable(f"more than {self.per_source} key fetches this minute from this client")
+            self._recent = [t for t in self._recent if now - t < _WINDOW_S]
             if len(self._recent) >= self.per_minute:
                 raise KeyUnavailable(f"more than {self.per_minute} key fetches this minute")
             self._recent.append(now)
+            mine.append(now)
         try:
             pem = self._fetch(KEY_URL.format(region=self.region, kid=kid))
         except Exception as err:
@@ -140,19 +180,92 @@ _FETCHERS: dict[str, KeyFetcher] = {}
 _FETCHERS_LOCK = threading.Lock()
 
 
-def alb_public_key(region: str, kid: str) -> Any:
-    """The ALB's public key ``kid`` of ``region`` (PEM), through the Region's :class:`KeyFetcher`."""
+def region_fetcher(region: str) -> KeyFetcher:
+    """The process's :class:`KeyFetcher` of ``region`` (one budget and one cache per Region)."""
     with _FETCHERS_LOCK:
-        fetcher = _FETCHERS.setdefault(region, KeyFetcher(region))
-    return fetcher(kid)
+        return _FETCHERS.setdefault(region, KeyFetcher(region))
+
+
+def alb_public_key(region: str, kid: str, source: str | None = None) -> Any:
+    """The ALB's public key ``kid`` of ``region`` (PEM), through the Region's :class:`KeyFetcher`."""
+    return region_fetcher(region)(kid, source)
+
+
+def _b64url(segment: str) -> bytes:
+    """A base64url segment, with or without the padding the ALB writes; ValueError if it is not one."""
+    if not _SEGMENT_RE.fullmatch(segment):
+        raise ValueError("not base64url")
+    bare = segment.rstrip("=")
+    if len(bare) % 4 == 1 or (bare != segment and len(segment) % 4):
+        raise ValueError("not base64url")
+    try:
+        return base64.urlsafe_b64decode(bare + "=" * (-len(bare) % 4))
+    except (binascii.Error, ValueError):
+        raise ValueError("not base64url") from None
+
+
+def unsigned_header(token: str) -> dict[str, Any]:
+    """The JOSE header of an ``x-amzn-oidc-data`` value, read without its key, after the value's
+    size and structure (three base64url segments, padded or not; a JSON object header) are checked.
+    Raises :class:`Unauthorized`."""
+    if len(token) > MAX_OIDC_HEADER_CHARS:
+        raise Unauthorized(f"the identity header is longer than {MAX_OIDC_HEADER_CHARS} characters")
+    parts = token.split(".")
+    if len(parts) != 3 or not parts[0] or not parts[1] or len(parts[0]) > MAX_JOSE_HEADER_CHARS:
+        raise Unauthorized("the identity header is not a JWT")
+    try:
+        header = json.loads(_b64url(parts[0]))
+        _b64url(parts[1])
+        _b64url(parts[2])
+    except ValueError:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise Unauthorized("the identity header is not a JWT") from None
+    if not isinstance(header, dict):
+        raise Unauthorized("the identity header is not a JWT")
+    return header
+
+
+FORWARDED_FOR = "x-forwarded-for"
+FORWARDED_PROTO = "x-forwarded-proto"
+
+
+def forwarded_source(forwarded_for: list[str], forwarded_proto: str | None) -> str:
+    """The client a request came from, as the ALB saw it, for the key-fetch budget; Unauthorized
+    where the request did not come through the ALB as the stack deploys it.
+
+    Which address: behind the ALB the TCP peer is one of the ALB's own network interfaces (shared
+    by every client), so it cannot tell clients apart. The ALB's ``X-Forwarded-For`` processing
+    mode is ``append`` by default (ELB User Guide, "HTTP headers and Application Load Balancers",
+    X-Forwarded-For: "The default value for this attribute is append"; k8s/builders/portal.py sets
+    no other): it appends the address of the client that connected to it to whatever the client
+    sent, so the right-most entry is the ALB's and the only one a client cannot choose; every entry
+    left of it is the client's own text. Several header lines are one list in order (RFC 9110 5.3).
+    An IPv6 client counts by its /64, which one subscriber usually holds whole.
+
+    The path: the Ingresses listen on HTTPS only, so the ALB's ``X-Forwarded-Proto`` is ``https``."""
+    if (forwarded_proto or "").strip().lower() != "https":
+        raise Unauthorized("the request did not come through the portal's load balancer (X-Forwarded-Proto is not https)")
+    entries = [e.strip() for line in forwarded_for for e in line.split(",")]
+    try:
+        address = ipaddress.ip_address(entries[-1]) if entries else None
+    except ValueError:
+        address = None
+    if address is None:
+        raise Unauthorized("the request did not come through the portal's load balancer (no client address in X-Forwarded-For)")
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{address}/64", strict=False))
+    return str(address)
 
 
 class AlbIdentity:
     """Verifies ``x-amzn-oidc-data`` and maps the login to a team."""
 
-    def __init__(self, *, region: str, alb_arn: str, teams: dict[str, TeamLogin], keys: Callable[[str], Any] | None = None, now: Callable[[], float] = time.time):
+    def __init__(self, *, region: str, alb_arn: str, teams: dict[str, TeamLogin], keys: Callable[[str], Any] | KeyFetcher | None = None, now: Callable[[], float] = time.time):
+        """``keys``: a :class:`KeyFetcher` (told each request's source), or kid -> key (a test's);
+        by default the Region's fetcher of the ALB's keys."""
         self.region, self.alb_arn, self.teams = region, alb_arn, teams
-        self._keys = keys if keys is not None else (lambda kid: alb_public_key(region, kid))
+        self._keys = keys if keys is not None else region_fetcher(region)
         self._now = now
 
     def signer_ok(self, signer: Any) -> bool:
@@ -164,11 +277,11 @@ class AlbIdentity:
             return signer.startswith(self.alb_arn) and bool(_ALB_ID_RE.fullmatch(signer[len(self.alb_arn):]))
         return signer == self.alb_arn
 
-    def claims(self, token: str) -> dict[str, Any]:
-        try:
-            header = jwt.get_unverified_header(token)
-        except jwt.PyJWTError:
-            raise Unauthorized("the identity header is not a JWT") from None
+    def checked_header(self, token: str) -> dict[str, Any]:
+        """Every check that needs no key, cheapest first: size, structure and base64, ``alg``,
+        ``signer``, ``kid``, the header's ``exp`` and the types of ``iss`` and ``client``. A header
+        that fails one never costs a key fetch. Raises :class:`Unauthorized`."""
+        header = unsigned_header(token)
         if header.get("alg") != "ES256":
             raise Unauthorized("the identity header is not signed with ES256")
         if not self.signer_ok(header.get("signer")):
@@ -176,27 +289,44 @@ class AlbIdentity:
         kid = header.get("kid")
         if not isinstance(kid, str) or not _KID_RE.fullmatch(kid):
             raise Unauthorized("the identity header names no valid key id")
+        exp = header.get("exp")
+        if exp is None:
+            raise Unauthorized("the identity header has no expiry")
+        if not _is_time(exp) or exp + CLOCK_SKEW_S < self._now():
+            raise Unauthorized("the identity header has expired")
+        iss, client_id = header.get("iss"), header.get("client")
+        # iss: the IdP's issuer, which the stack takes only as an https URL (config/portal_models.py)
+        if iss is not None and not (isinstance(iss, str) and iss.startswith("https://")):
+            raise Unauthorized("the identity header's issuer (iss) is not an https URL")
+        if client_id is not None and not isinstance(client_id, str):
+            raise Unauthorized("the identity header's client is not a string")
+        if len(_b64url(token.split(".")[2])) != ES256_SIGNATURE_BYTES:
+            raise Unauthorized(f"the identity header's signature is not {ES256_SIGNATURE_BYTES} bytes (ES256)")
+        return header
+
+    def claims(self, token: str, *, source: str | None = None) -> dict[str, Any]:
+        """The verified claims. ``source``: the client (:func:`forwarded_source`), whose key-fetch
+        budget a new kid spends."""
+        header = self.checked_header(token)
+        kid = header["kid"]
         try:
-            key = self._keys(kid)
+            key = self._keys(kid, source) if isinstance(self._keys, KeyFetcher) else self._keys(kid)
         except Exception:  # noqa: BLE001  (no key: no identity)
             raise Unauthorized("the identity header's key could not be fetched") from None
         try:
             claims = jwt.decode(token, key, algorithms=["ES256"], options={"verify_exp": False, "verify_aud": False})
         except jwt.PyJWTError:
             raise Unauthorized("the identity header's signature does not verify") from None
-        # the ALB writes exp in the JWT header; a payload exp (if any) must hold too
-        now = self._now()
-        for where, exp in (("header", header.get("exp")), ("claims", claims.get("exp"))):
-            if where == "header" and exp is None:
-                raise Unauthorized("the identity header has no expiry")
-            if exp is not None and (not isinstance(exp, int | float) or exp + CLOCK_SKEW_S < now):
-                raise Unauthorized("the identity header has expired")
+        # the ALB writes exp in the JWT header (checked above); a payload exp (if any) must hold too
+        exp = claims.get("exp")
+        if exp is not None and (not _is_time(exp) or exp + CLOCK_SKEW_S < self._now()):
+            raise Unauthorized("the identity header has expired")
         return claims
 
-    def caller(self, token: str | None, *, team: str | None = None) -> Caller:
+    def caller(self, token: str | None, *, team: str | None = None, source: str | None = None) -> Caller:
         if not token:
             raise Unauthorized(f"no {OIDC_HEADER} header: sign in through the portal's address")
-        claims = self.claims(token)
+        claims = self.claims(token, source=source)
         subject = claims.get("sub")
         if not isinstance(subject, str) or not _HEADER_VALUE_RE.fullmatch(subject):
             raise Unauthorized("the login has no usable subject")
@@ -215,6 +345,10 @@ class AlbIdentity:
         login = self.teams[chosen]
         headers = {"Impersonate-User": [portal_user(chosen)], "Impersonate-Group": [team_group(chosen)], f"Impersonate-Extra-{SUBJECT_EXTRA}": [subject]}
         return Caller(name=email or subject, namespace=login.namespace, team=chosen, headers=headers, via="alb", gpu_quota=login.gpu_quota)
+
+
+def _is_time(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def verified_email(claims: dict[str, Any]) -> str | None:
