@@ -71,7 +71,7 @@ storage = CheckpointStorage("checkpoints", settings=settings, cluster=cluster, n
 # the training image is built (workloads/ -> the stack's ECR repository) unless every job brings its own
 training_image = TrainingImage("workloads", cluster_name=settings.cluster_name, tags=tags) if storage and any(j.image is None for j in settings.trainjobs.jobs().values()) else None
 if storage and settings.tenants.teams():
-    tenants = Tenants("tenants", settings=settings, cluster=cluster, storage=storage, kueue=kueue, provider=cluster.provider, tags=tags, image=training_image.ref if training_image else None, pod_identity_agent=gpu_aws.pod_identity_agent)
+    tenants = Tenants("tenants", settings=settings, cluster=cluster, storage=storage, kueue=kueue, provider=cluster.provider, tags=tags, image=training_image.ref if training_image else None, pod_identity_agent=gpu_aws.pod_identity_agent, endpoint_ips=network.endpoint_ips)
     pulumi.export("teamNamespaces", tenants.namespaces)
 if settings.portal.enabled:  # the teams' portal behind an ALB with OIDC login (its teams are tenants: checked by the config)
     from k8s.portal import Portal

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from config import catalog
+from config import catalog, vpc_endpoints
 
 if TYPE_CHECKING:
     from config.settings import Settings
@@ -35,12 +35,15 @@ class Prices:
     date: str
     eks_control_plane_per_hour: float
     instances: dict[str, float]
+    interface_endpoint_per_az_hour: float = 0.0
+    endpoint_per_gb: float = 0.0
 
 
 @functools.cache
 def prices() -> Prices:
     raw: dict[str, Any] = yaml.safe_load(_DATA.read_text())
-    return Prices(region=raw["region"], date=str(raw["date"]), eks_control_plane_per_hour=float(raw["eksControlPlanePerHour"]), instances={k: float(v) for k, v in raw["instances"].items()})
+    return Prices(region=raw["region"], date=str(raw["date"]), eks_control_plane_per_hour=float(raw["eksControlPlanePerHour"]), instances={k: float(v) for k, v in raw["instances"].items()},
+                  interface_endpoint_per_az_hour=float(raw["interfaceEndpointPerAzHour"]), endpoint_per_gb=float(raw["endpointPerGb"]))
 
 
 @dataclass
@@ -96,7 +99,13 @@ def estimate(s: Settings, table: Prices | None = None) -> Estimate:
     net = s.network
     if not net.vpc_id:
         zones = len(net.availability_zones) or net.az_count
-        est.unpriced.append(f"{1 if net.nat_gateways == 'single' else zones} NAT gateway(s) with their Elastic IPs, per hour and per GB processed")
+        est.unpriced.append(f"{1 if net.nat_gateways == 'single' else zones} NAT gateway(s) with their Elastic IPs, per hour and per GB processed"
+                            + (" (S3 and ECR image layers skip them: the S3 gateway endpoint, no charge)" if net.s3_gateway_endpoint else ""))
+        if net.s3_gateway_endpoint:
+            est.always_on.append(Line("S3 gateway endpoint", 1, None, 0.0))  # no charge (prices.yaml)
+        if net.interface_endpoints:
+            est.always_on.append(Line(f"interface endpoints ({len(vpc_endpoints.INTERFACE_SERVICES)} x {zones} AZ)", len(vpc_endpoints.INTERFACE_SERVICES) * zones, None, table.interface_endpoint_per_az_hour))
+            est.unpriced.append(f"data through the interface endpoints, ${table.endpoint_per_gb:.2f} per GB processed")
     if s.trainjobs.jobs() or s.tenants.teams():
         store = s.trainjobs.checkpoint_storage
         est.unpriced.append(f"FSx for Lustre PERSISTENT_2, {store.capacity_gib} GiB at {store.throughput_per_tib} MB/s/TiB, per GB-month" if store.type == "fsx" else "EFS, per GB-month stored")

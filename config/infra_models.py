@@ -70,11 +70,16 @@ class NetworkSettings(Section):
     )
     private_subnet_ids: list[str] = opt([], "existing private subnets (with vpcId)", check=_SUBNET_ID)
     public_subnet_ids: list[str] = opt([], "existing public subnets (with vpcId)", check=_SUBNET_ID)
+    s3_gateway_endpoint: Bool = opt(True, "an S3 gateway endpoint on the private route tables (no charge): S3 reads and ECR's image layers skip the NAT gateway's per-GB charge (new VPC only)")
+    interface_endpoints: Bool = opt(False, "interface endpoints (PrivateLink, priced per AZ-hour and per GB: make cost) for every AWS API the nodes and controllers call (config/vpc_endpoints.py), "
+                                           "for a cluster that should not reach the internet for them (new VPC only)")
 
     def problems(self, path: str) -> Iterator[ConfigError]:
         if self.vpc_id:
             if len(self.private_subnet_ids) < 2:
                 yield ConfigError(f"{path}.privateSubnetIds", self.private_subnet_ids, "with vpcId set, allowed: at least 2 private subnet ids in different AZs")
+            if self.interface_endpoints:
+                yield ConfigError(f"{path}.interfaceEndpoints", True, "with vpcId set, allowed: false (an existing VPC's endpoints and private DNS are its owner's; create them there)")
         else:
             for key, val in (("privateSubnetIds", self.private_subnet_ids), ("publicSubnetIds", self.public_subnet_ids)):
                 if val:

@@ -7,6 +7,7 @@ import json
 import pulumi
 import pulumi_aws as aws
 
+from config import vpc_endpoints
 from config.names import LOG_GROUP
 from config.settings import NetworkSettings, subnet_plan  # noqa: F401  (subnet_plan: part of this module's interface)
 from infra.iam import assume_role_policy
@@ -38,6 +39,7 @@ class Network(pulumi.ComponentResource):
     private_subnet_ids: pulumi.Output[list[str]]
     public_subnet_ids: pulumi.Output[list[str]]
     availability_zones: pulumi.Output[list[str]]
+    endpoint_ips: pulumi.Output[list[str]]
 
     def __init__(self, name: str, *, settings: NetworkSettings, cluster_name: str, tags: dict[str, str], required_zones: list[str] | None = None, opts: pulumi.ResourceOptions | None = None):
         super().__init__("training-platform:infra:Network", name, None, opts)
@@ -96,6 +98,7 @@ class Network(pulumi.ComponentResource):
                     opts=pulumi.ResourceOptions(parent=self, depends_on=[igw]),
                 )
             )
+        private_rts = []
         for i, priv in enumerate(private):
             nat = nats[i if s.nat_gateways == "perAz" else 0]
             rt = aws.ec2.RouteTable(
@@ -103,13 +106,52 @@ class Network(pulumi.ComponentResource):
                 tags={**self._tags, "Name": f"{self._cluster_name}-private-{i}"}, opts=self._child(),
             )
             aws.ec2.RouteTableAssociation(f"{name}-private-{i}", subnet_id=priv.id, route_table_id=rt.id, opts=self._child())
+            private_rts.append(rt)
         if s.flow_log_retention_days:
             self._create_flow_logs(name, vpc)
+        self.endpoint_ips = self._create_endpoints(name, vpc, private, private_rts)
         self.vpc = vpc
         self.vpc_id = vpc.id
         self.private_subnet_ids = pulumi.Output.all(*[p.id for p in private])
         self.public_subnet_ids = pulumi.Output.all(*[p.id for p in public])
         self.availability_zones = zones
+
+    def _service_name(self, service: str, kind: str) -> pulumi.Output[str]:
+        """The Region's endpoint service name (``com.amazonaws.<region>.<service>``, or the China
+        Regions' own form) as EC2 DescribeVpcEndpointServices gives it."""
+        return aws.ec2.get_vpc_endpoint_service_output(service=service, service_type=kind, opts=pulumi.InvokeOptions(parent=self)).service_name
+
+    def _create_endpoints(self, name: str, vpc: aws.ec2.Vpc, private: list[aws.ec2.Subnet], private_rts: list[aws.ec2.RouteTable]) -> pulumi.Output[list[str]]:
+        """The S3 gateway endpoint on the private route tables, and with ``interfaceEndpoints`` an
+        interface endpoint (private DNS, HTTPS from the VPC only) per service of
+        config/vpc_endpoints.py in the private subnets; the interface endpoints' private addresses
+        (what a team's egress policy lets its pods reach on HTTPS: k8s/builders/tenants.py)."""
+        s = self._settings
+        if s.s3_gateway_endpoint:
+            aws.ec2.VpcEndpoint(
+                f"{name}-s3", vpc_id=vpc.id, service_name=self._service_name(vpc_endpoints.GATEWAY_SERVICE, "Gateway"), vpc_endpoint_type="Gateway",
+                route_table_ids=[rt.id for rt in private_rts], tags={**self._tags, "Name": f"{self._cluster_name}-s3"}, opts=self._child(),
+            )
+        if not s.interface_endpoints:
+            return pulumi.Output.from_input([])
+        sg = aws.ec2.SecurityGroup(
+            f"{name}-endpoints", vpc_id=vpc.id, description="HTTPS from the VPC to its interface endpoints",
+            ingress=[aws.ec2.SecurityGroupIngressArgs(protocol="tcp", from_port=vpc_endpoints.HTTPS_PORT, to_port=vpc_endpoints.HTTPS_PORT, cidr_blocks=[s.cidr], description="HTTPS from the VPC")],
+            tags={**self._tags, "Name": f"{self._cluster_name}-endpoints"}, opts=self._child(),
+        )
+        enis: list[pulumi.Output[list[str]]] = []
+        for service in vpc_endpoints.INTERFACE_SERVICES:
+            endpoint = aws.ec2.VpcEndpoint(
+                f"{name}-{service.replace('.', '-')}", vpc_id=vpc.id, service_name=self._service_name(service, "Interface"), vpc_endpoint_type="Interface",
+                private_dns_enabled=True, subnet_ids=[p.id for p in private], security_group_ids=[sg.id], tags={**self._tags, "Name": f"{self._cluster_name}-{service}"}, opts=self._child(),
+            )
+            enis.append(endpoint.network_interface_ids)
+
+        def addresses(ids: list[str]) -> pulumi.Output[list[str]]:
+            found = [aws.ec2.get_network_interface_output(id=i, opts=pulumi.InvokeOptions(parent=self)).private_ip for i in ids]
+            return pulumi.Output.all(*found).apply(lambda ips: sorted(ips))
+
+        return pulumi.Output.all(*enis).apply(lambda lists: addresses(sorted(i for ids in lists for i in ids)))
 
     def _create_flow_logs(self, name: str, vpc: aws.ec2.Vpc) -> None:
         """All accepted and rejected traffic to CloudWatch Logs, written by a role that can write
@@ -139,6 +181,7 @@ class Network(pulumi.ComponentResource):
                 aws.ec2.Tag(f"{name}-private-{i}-{key.replace('/', '-').replace('.', '-')}", resource_id=subnet_id, key=key, value=value, opts=self._child())
         assert s.vpc_id is not None, "bring-your-own VPC needs network.vpcId"  # settings.create_vpc is false
         self.vpc = None
+        self.endpoint_ips = pulumi.Output.from_input([])  # an existing VPC's endpoints are its owner's
         self.vpc_id = pulumi.Output.from_input(s.vpc_id)
         self.private_subnet_ids = pulumi.Output.from_input(list(s.private_subnet_ids))
         self.public_subnet_ids = pulumi.Output.from_input(list(s.public_subnet_ids))

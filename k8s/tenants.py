@@ -48,6 +48,7 @@ class Tenants(pulumi.ComponentResource):
         tags: dict[str, str],
         image: pulumi.Input[str] | None = None,
         pod_identity_agent: pulumi.Resource | None = None,
+        endpoint_ips: pulumi.Input[list[str]] | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ):
         """``image``: the platform's training image (``<repo>@<digest>``), published to teams.
@@ -77,6 +78,8 @@ class Tenants(pulumi.ComponentResource):
         fences = self._apply(admission.configmap_policy_binding(), configmap_policy, policy_binding)
         # which Secrets a team may write (its Role: write-only): no service-account token Secrets
         secret_fence = self._apply(admission.secret_policy_binding(), self._apply(admission.secret_policy()))
+        # the VPC's interface endpoints (network.interfaceEndpoints), which private DNS gives for the AWS APIs
+        endpoints = pulumi.Output.from_input(endpoint_ips).apply(tn.endpoint_peers) if endpoint_ips is not None and settings.network.interface_endpoints else None
         for team, tenant in teams.items():
             ns_name = settings.tenants.namespace_of(team)
             self.namespaces[team] = ns_name
@@ -84,7 +87,7 @@ class Tenants(pulumi.ComponentResource):
             gpu_cap = kq.gpu_ceiling(settings) if kueue else (tenant.gpu_quota or 0)
             facts_doc = image_ref.apply(lambda ref, team=team: platform_facts.dumps(platform_facts.facts(settings, ref, team)))
             self._apply(platform_facts.configmap(ns_name, facts_doc, {tn.TEAM_LABEL: team}), ns)
-            manifests = (tn.resource_quota(ns_name, team, tenant, gpu_cap=gpu_cap, kueue=kueue is not None, storage_gib=storage.capacity_gib), tn.limit_range(ns_name, team), tn.network_policy(ns_name, team), tn.egress_policy(ns_name, {tn.TEAM_LABEL: team}, trainer_status=trainer_api.status_server_on(settings.trainer), pod_identity=bool(tenant.s3)), tn.role(ns_name, team), tn.service_account(ns_name, team))
+            manifests = (tn.resource_quota(ns_name, team, tenant, gpu_cap=gpu_cap, kueue=kueue is not None, storage_gib=storage.capacity_gib), tn.limit_range(ns_name, team), tn.network_policy(ns_name, team), tn.egress_policy(ns_name, {tn.TEAM_LABEL: team}, trainer_status=trainer_api.status_server_on(settings.trainer), pod_identity=bool(tenant.s3), endpoints=endpoints), tn.role(ns_name, team), tn.service_account(ns_name, team))
             for manifest in manifests:
                 self._apply(manifest, ns)
             binding = self._apply(tn.role_binding(ns_name, team), ns)

@@ -17,8 +17,14 @@ class AccountState:
     ssm_parameters: dict[str, str] = field(default_factory=dict)
     registry_images: dict[str, dict[str, str]] = field(default_factory=dict)
 
-    def answer(self, token: str, args: dict) -> tuple[dict, list[tuple[str, str]]] | None:
+    def answer(self, token: str, args: dict, region: str = "us-west-2") -> tuple[dict, list[tuple[str, str]]] | None:
         """(outputs, failures) of a provider function that reads the account, else None."""
+        if token == "aws:ec2/getVpcEndpointService:getVpcEndpointService":  # the commercial Regions' form (PrivateLink Guide, "AWS services that integrate")
+            name = f"com.amazonaws.{region}.{args.get('service')}"
+            return {"serviceName": name, "service": args.get("service"), "serviceType": args.get("serviceType"), "id": name}, []
+        if token == "aws:ec2/getNetworkInterface:getNetworkInterface":  # an endpoint's ENI (tools/mock_runtime.py names them by index)
+            eni = args.get("id", "")
+            return {"id": eni, "privateIp": f"10.0.{int(eni.rsplit('-', 1)[-1], 16) % 250}.{10 + int(eni.rsplit('-', 1)[-1], 16) % 200}"}, []
         if token == "aws:ssm/getParameter:getParameter":
             name = args.get("name", "")
             if name not in self.ssm_parameters:  # as the provider reports a missing parameter

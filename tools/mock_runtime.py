@@ -153,7 +153,7 @@ class PlanMocks(pmocks.Mocks):
         return [f"{self.region}{letter}" for letter in "abc"], []
 
     def call(self, args: pmocks.MockCallArgs) -> tuple[dict, list[tuple[str, str]]]:
-        if (held := self.account.answer(args.token, args.args)) is not None:
+        if (held := self.account.answer(args.token, args.args, self.region)) is not None:
             return held
         if not self.known_region and args.token.startswith("aws:"):  # as the provider fails for a region it cannot reach
             return {}, [("region", self._unknown_region())]
@@ -245,6 +245,8 @@ class PlanMocks(pmocks.Mocks):
             state["ref"] = f"{tags[0]}@{state['digest']}" if tags else ""  # like the provider: the first tag, with the digest
         if typ == "docker-build:index:Index":  # a pushed copy: the tag with the digest of what it copied (provider Index.Read)
             state["ref"] = f"{inputs.get('tag')}@sha256:" + hashlib.sha256(json.dumps(inputs.get("sources"), sort_keys=True).encode()).hexdigest()
+        if typ == "aws:ec2/vpcEndpoint:VpcEndpoint" and inputs.get("vpcEndpointType") == "Interface":  # one ENI per subnet
+            state["networkInterfaceIds"] = [f"eni-{_short_id(name, str(i))}" for i in range(len(inputs.get("subnetIds") or []))]
         if typ == "kubernetes:helm.sh/v3:Release":
             state.setdefault("status", {"name": inputs.get("name", name), "namespace": inputs.get("namespace"), "status": "deployed"})
         return rid, state

@@ -30,6 +30,7 @@ from config.namespaces import (
     STORAGE_NAMESPACE,  # noqa: F401  (part of this module's interface)
     TRAINER_NAMESPACE,
 )
+from config import vpc_endpoints
 from config.settings import DNS_LABEL_RE, TenantSettings
 from k8s.builders import trainer_api
 
@@ -196,13 +197,24 @@ def service_account(ns: str, team: str) -> dict:
     return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(TEAM_SERVICE_ACCOUNT, ns, team), "automountServiceAccountToken": False}
 
 
-def egress_policy(ns: str, labels: dict[str, str], *, trainer_status: bool = False, pod_identity: bool = False) -> dict:
+def endpoint_peers(addresses: list[str]) -> list[dict]:
+    """NetworkPolicy peers of the VPC's interface endpoints (their private addresses, /32 each); never
+    empty (a rule whose ``to`` is empty reaches every address)."""
+    if not addresses:
+        raise ValueError("the VPC's interface endpoints have no addresses")
+    return [{"ipBlock": {"cidr": f"{ip}/32"}} for ip in sorted(set(addresses))]
+
+
+def egress_policy(ns: str, labels: dict[str, str], *, trainer_status: bool = False, pod_identity: bool = False, endpoints: Any = None) -> dict:
     """What the namespace's pods may reach: each other (rendezvous, NCCL/Gloo), cluster DNS, the
     public internet (dataset and model downloads, pip) and, with ``trainer_status`` (the stack turns
     the Trainer's TrainJob progress on), its status server (the manager pods' port, nothing else of that namespace); not
     other namespaces, the nodes or the instance metadata service. With ``pod_identity`` (the team has
     an AWS identity) also the Pod Identity agent's address and port, and nothing else link-local.
-    Enforced by the VPC CNI's network-policy agent (on with teams)."""
+    With ``endpoints`` (:func:`endpoint_peers` of the VPC's interface endpoints, or a Pulumi output of
+    them: ``network.interfaceEndpoints``) also those addresses on HTTPS, which private DNS gives for
+    the AWS APIs; S3 goes through the gateway endpoint to S3's public addresses, which the public
+    rule covers. Enforced by the VPC CNI's network-policy agent (on with teams)."""
     rules: list[dict[str, Any]] = [
         {"to": [{"podSelector": {}}]},
         {"to": [DNS], "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
@@ -213,6 +225,8 @@ def egress_policy(ns: str, labels: dict[str, str], *, trainer_status: bool = Fal
         rules.append({"to": [trainer], "ports": [{"protocol": "TCP", "port": trainer_api.STATUS_SERVER_PORT}]})
     if pod_identity:
         rules.append({"to": [{"ipBlock": {"cidr": cidr}} for cidr in POD_IDENTITY_AGENT_CIDRS], "ports": [{"protocol": "TCP", "port": POD_IDENTITY_AGENT_PORT}]})
+    if endpoints is not None:
+        rules.append({"to": endpoints, "ports": [{"protocol": "TCP", "port": vpc_endpoints.HTTPS_PORT}]})
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
