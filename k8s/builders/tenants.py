@@ -26,11 +26,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from config import vpc_endpoints
 from config.namespaces import (
     STORAGE_NAMESPACE,  # noqa: F401  (part of this module's interface)
     TRAINER_NAMESPACE,
 )
-from config import vpc_endpoints
 from config.settings import DNS_LABEL_RE, TenantSettings
 from k8s.builders import trainer_api
 
