@@ -222,6 +222,10 @@ def pod_identity_trust() -> str:
     )
 
 
+SPOT_SERVICE = "spot.amazonaws.com"
+SPOT_ROLE_PATH = f"/aws-service-role/{SPOT_SERVICE}/"  # IAM's path for a service's linked roles (IAM User Guide, "Using service-linked roles")
+
+
 class GpuAws(pulumi.ComponentResource):
     queue_name: str | None
     node_role_name: str | None
@@ -245,6 +249,8 @@ class GpuAws(pulumi.ComponentResource):
             addon_version=versions.POD_IDENTITY_ADDON_VERSION,
             opts=self._opts(depends_on=list(cluster.node_groups.values())),
         )
+        if "spot" in settings.gpu_pool.capacity_types:
+            self._ensure_spot_service_linked_role(name)
         if settings.gpu_pool.mode == "karpenter":
             self._tag_security_group(name)
             self._create_karpenter_node_role(name)
@@ -253,6 +259,21 @@ class GpuAws(pulumi.ComponentResource):
             if settings.efa.enabled:
                 self._create_efa(name)
         self.register_outputs({"queueName": self.queue_name, "nodeRoleName": self.node_role_name})
+
+    def _ensure_spot_service_linked_role(self, name: str) -> None:
+        """EC2 launches spot capacity only in an account that has the EC2 Spot service-linked role
+        (``AWSServiceRoleForEC2Spot``, path ``/aws-service-role/spot.amazonaws.com/``). EC2 User Guide,
+        "Service-linked role for Spot Instance requests": EC2 creates it the first time spot is
+        requested from the console; a request through the API needs it to exist first. Karpenter's
+        getting-started guide says the same ("If this is the first time using spot instances in this
+        account, you need to create the service linked role"), and the controller policy this stack renders grants no
+        iam:CreateServiceLinkedRole. The account is asked at deploy (IAM ListRoles by that path): a
+        role that exists is left alone, one that does not is created and kept on destroy (the
+        account's other users of spot need it, and a role that exists cannot be created twice)."""
+        found = aws.iam.get_roles(path_prefix=SPOT_ROLE_PATH, opts=pulumi.InvokeOptions(parent=self))
+        if found.names:
+            return
+        aws.iam.ServiceLinkedRole(f"{name}-spot-service-linked-role", aws_service_name=SPOT_SERVICE, opts=self._opts(retain_on_delete=True))
 
     @property
     def node_role_arns(self) -> list[pulumi.Output[str]]:

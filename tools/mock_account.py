@@ -12,10 +12,11 @@ ACCOUNT = "123456789012"
 @dataclass
 class AccountState:
     """``ssm_parameters``: name -> value; ``registry_images``: repository name -> {tag: digest}
-    (a repository that is absent does not exist yet)."""
+    (a repository that is absent does not exist yet); ``roles``: the account's IAM roles by name."""
 
     ssm_parameters: dict[str, str] = field(default_factory=dict)
     registry_images: dict[str, dict[str, str]] = field(default_factory=dict)
+    roles: dict[str, str] = field(default_factory=dict)  # IAM role name -> its path (service-linked roles among them)
 
     def answer(self, token: str, args: dict, region: str = "us-west-2") -> tuple[dict, list[tuple[str, str]]] | None:
         """(outputs, failures) of a provider function that reads the account, else None."""
@@ -30,6 +31,10 @@ class AccountState:
             if name not in self.ssm_parameters:  # as the provider reports a missing parameter
                 return {}, [("name", f"ParameterNotFound: {name}")]
             return {"name": name, "value": self.ssm_parameters[name], "type": "String", "id": name}, []
+        if token == "aws:iam/getRoles:getRoles":  # ListRoles by path prefix: an empty list, never an error
+            prefix = args.get("pathPrefix") or "/"
+            names = sorted(n for n, path in self.roles.items() if path.startswith(prefix))
+            return {"names": names, "arns": [f"arn:aws:iam::{ACCOUNT}:role{self.roles[n]}{n}" for n in names], "id": prefix}, []
         if token == "aws:ecr/getImages:getImages":
             # ECR ListImages (the data source's call): a missing repository is RepositoryNotFoundException
             # (ECR API Reference, ListImages "Errors"); else every image id, tagged or not
