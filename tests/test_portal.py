@@ -327,6 +327,9 @@ def test_ingresses_put_the_pages_behind_login_and_the_api_beside_it():
     assert ann["alb.ingress.kubernetes.io/auth-on-unauthenticated-request"] == "authenticate" and api["metadata"]["annotations"]["alb.ingress.kubernetes.io/auth-on-unauthenticated-request"] == "allow"
     assert json.loads(ann["alb.ingress.kubernetes.io/auth-idp-oidc"])["secretName"] == mp.OIDC_SECRET and "s" not in ann["alb.ingress.kubernetes.io/auth-idp-oidc"].split('"')
     assert len(mp.load_balancer_name("a" * 100)) <= mp.LB_NAME_MAX
+    # the key-fetch budget counts by X-Forwarded-For's right-most entry: the ALB must append to it, on both
+    # Ingresses of the group alike (the controller refuses differing attributes within one group)
+    assert {i["metadata"]["annotations"]["alb.ingress.kubernetes.io/load-balancer-attributes"] for i in (api, pages)} == {"routing.http.xff_header_processing.mode=append"}
 
 
 def test_the_alb_controllers_iam_policy_is_its_releases_file():

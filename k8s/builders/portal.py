@@ -59,6 +59,9 @@ def portal_user(team: str) -> str:
     return f"portal:{team}"  # trainctl/portal/identity.py portal_user
 
 
+XFF_ATTRIBUTE = "routing.http.xff_header_processing.mode=append"
+
+
 def load_balancer_name(cluster_name: str) -> str:
     """``<cluster>-portal`` when it is a valid ALB name, else shortened with a hash of the whole
     name (config/names.py): an ALB name has at most 32 characters, alphanumerics and hyphens only
@@ -250,6 +253,10 @@ def ingresses(portal: PortalSettings, *, lb_name: str) -> list[dict]:
         "alb.ingress.kubernetes.io/certificate-arn": portal.certificate_arn, "alb.ingress.kubernetes.io/healthcheck-path": "/healthz",
         "alb.ingress.kubernetes.io/auth-type": "oidc", "alb.ingress.kubernetes.io/auth-idp-oidc": json.dumps(oidc, sort_keys=True),
         "alb.ingress.kubernetes.io/auth-scope": portal.scope,
+        # X-Forwarded-For "append" pinned (the ALB's default; ELB User Guide, "HTTP headers and Application
+        # Load Balancers": append, preserve or remove): the portal counts key fetches by the right-most
+        # entry, the one the ALB appends (trainctl/portal/identity.py forwarded_source)
+        "alb.ingress.kubernetes.io/load-balancer-attributes": XFF_ATTRIBUTE,
     }
     out = []
     for name, path, unauthenticated, order in ((f"{NAME}-api", "/api", "allow", "1"), (NAME, "/", "authenticate", "2")):
