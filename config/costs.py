@@ -85,6 +85,16 @@ class Estimate:
         return sorted({line.instance_type for line in lines if line.per_hour is None and line.instance_type})
 
 
+def quota_needs(s: Settings) -> dict[str, int]:
+    """EC2 on-demand vCPU quota name -> the vCPUs the stack's enabled jobs need of it at once."""
+    needs: dict[str, int] = {}
+    for job in s.trainjobs.jobs().values():
+        info = catalog.lookup(job.instance_type)
+        quota = QUOTAS.get(info.category, f"Running On-Demand {info.category.upper()} instances")
+        needs[quota] = needs.get(quota, 0) + job.num_nodes * info.vcpu
+    return needs
+
+
 def estimate(s: Settings, table: Prices | None = None) -> Estimate:
     table = table or prices()
     est = Estimate(stack=s.stack, region=s.region, prices=table)
@@ -93,9 +103,7 @@ def estimate(s: Settings, table: Prices | None = None) -> Estimate:
         est.always_on.append(Line(f"node group {name}", group.desired_size, group.instance_type, table.instances.get(group.instance_type)))
     for name, job in s.trainjobs.jobs().items():
         est.jobs[name] = [Line(f"job {name}", job.num_nodes, job.instance_type, table.instances.get(job.instance_type))]
-        info = catalog.lookup(job.instance_type)
-        quota = QUOTAS.get(info.category, f"Running On-Demand {info.category.upper()} instances")
-        est.quotas[quota] = est.quotas.get(quota, 0) + job.num_nodes * info.vcpu
+    est.quotas = quota_needs(s)
     net = s.network
     if not net.vpc_id:
         zones = len(net.availability_zones) or net.az_count

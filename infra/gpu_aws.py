@@ -9,7 +9,7 @@ import pulumi
 import pulumi_aws as aws
 
 import versions
-from config import aws_facts
+from config import aws_facts, costs
 from config.names import IAM_ROLE, PLACEMENT_GROUP, SQS_QUEUE
 from config.settings import Settings
 from infra.cluster import NODE_POLICIES, Cluster
@@ -251,6 +251,7 @@ class GpuAws(pulumi.ComponentResource):
         )
         if "spot" in settings.gpu_pool.capacity_types:
             self._ensure_spot_service_linked_role(name)
+        self._check_quotas()
         if settings.gpu_pool.mode == "karpenter":
             self._tag_security_group(name)
             self._create_karpenter_node_role(name)
@@ -274,6 +275,24 @@ class GpuAws(pulumi.ComponentResource):
         if found.names:
             return
         aws.iam.ServiceLinkedRole(f"{name}-spot-service-linked-role", aws_service_name=SPOT_SERVICE, opts=self._opts(retain_on_delete=True))
+
+    def _check_quotas(self) -> None:
+        """One warning per EC2 on-demand vCPU quota (Service Quotas, by the quota's name) below what
+        the enabled jobs need at once (config/costs.py quota_needs): their nodes would never launch.
+        A quota that cannot be read (no servicequotas:GetServiceQuota, an offline render) is named
+        once with what is needed; the deploy goes on either way (a job waits, nothing breaks)."""
+        unread = []
+        for quota, vcpus in sorted(costs.quota_needs(self._s).items()):
+            try:
+                have = aws.servicequotas.get_service_quota(service_code="ec2", quota_name=quota, opts=pulumi.InvokeOptions(parent=self)).value
+            except Exception as err:  # noqa: BLE001 - a quota that cannot be read is said, not fatal
+                unread.append(f"{quota!r} ({vcpus} vCPUs needed; {(str(err).strip().splitlines() or [type(err).__name__])[-1][:120]})")
+                continue
+            if have < vcpus:
+                pulumi.log.warn(f"EC2 quota {quota!r} is {have:g} vCPUs in {self._s.region}; the enabled jobs need {vcpus} at once: "
+                                f"ask for an increase in Service Quotas, or their nodes never launch", self)
+        if unread:
+            pulumi.log.warn("EC2 quotas not read, check them in Service Quotas: " + "; ".join(unread), self)
 
     @property
     def node_role_arns(self) -> list[pulumi.Output[str]]:

@@ -76,6 +76,7 @@ READS = {
     "aws:ec2/getVpcEndpointService:getVpcEndpointService": "ec2:DescribeVpcEndpointServices",  # infra/network.py
     "aws:ec2/getNetworkInterface:getNetworkInterface": "ec2:DescribeNetworkInterfaces",
     "aws:ssm/getParameter:getParameter": "ssm:GetParameter",  # infra/deploy_state.py
+    "aws:servicequotas/getServiceQuota:getServiceQuota": "servicequotas:ListServiceQuotas",  # infra/gpu_aws.py, by the quota's name (the data source lists them)
 }
 
 

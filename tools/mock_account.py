@@ -17,6 +17,7 @@ class AccountState:
     ssm_parameters: dict[str, str] = field(default_factory=dict)
     registry_images: dict[str, dict[str, str]] = field(default_factory=dict)
     roles: dict[str, str] = field(default_factory=dict)  # IAM role name -> its path (service-linked roles among them)
+    quotas: dict[str, float] | None = None  # Service Quotas' EC2 quota name -> value; None: not known (an offline render)
 
     def answer(self, token: str, args: dict, region: str = "us-west-2") -> tuple[dict, list[tuple[str, str]]] | None:
         """(outputs, failures) of a provider function that reads the account, else None."""
@@ -35,6 +36,11 @@ class AccountState:
             prefix = args.get("pathPrefix") or "/"
             names = sorted(n for n, path in self.roles.items() if path.startswith(prefix))
             return {"names": names, "arns": [f"arn:aws:iam::{ACCOUNT}:role{self.roles[n]}{n}" for n in names], "id": prefix}, []
+        if token == "aws:servicequotas/getServiceQuota:getServiceQuota":
+            name = args.get("quotaName", "")
+            if self.quotas is None or name not in self.quotas:
+                return {}, [("quotaName", "the offline render does not know this account's quotas" if self.quotas is None else f"NoSuchResourceException: {name}")]
+            return {"quotaName": name, "serviceCode": args.get("serviceCode"), "value": self.quotas[name], "id": name}, []
         if token == "aws:ecr/getImages:getImages":
             # ECR ListImages (the data source's call): a missing repository is RepositoryNotFoundException
             # (ECR API Reference, ListImages "Errors"); else every image id, tagged or not
