@@ -54,7 +54,7 @@ def install_once(requirements: str, deps_dir: str) -> float:
     """One install by the launcher into a new environment under ``deps_dir`` (its pip cache
     stays there for the next call); the seconds it took."""
     sys.path.insert(0, str(PROGRAMS))
-    import launch
+    import launch  # pyright: ignore[reportMissingImports]  (the programs directory, put on sys.path above)
 
     code = tempfile.mkdtemp(dir=deps_dir, prefix="code-")
     pathlib.Path(code, launch.REQUIREMENTS).write_text(requirements)
