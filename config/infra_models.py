@@ -277,6 +277,19 @@ class CapacityReservationSelectorTerm(Section):
         return term
 
 
+# gp3 (EBS User Guide, "General Purpose SSD volumes"): a baseline of 3,000 IOPS and 125 MiB/s, and at
+# most 0.25 MiB/s of throughput per provisioned IOPS.
+GP3_BASELINE_IOPS = 3000
+GP3_BASELINE_MIBPS = 125
+GP3_MIB_PER_IOPS = 0.25
+# nodeadm's FastImagePull: ignored below 4 vCPUs or 7 GiB (internal/containerd/config.go), and the AMI
+# project's guide asks for at least 600 MiB/s of root-volume throughput (nodeadm/doc/examples.md).
+FAST_PULL_MIN_VCPU = 4
+FAST_PULL_MIN_MEMORY_GIB = 7
+FAST_PULL_MIN_MIBPS = 600
+IMAGE_PULL_KEYS = ("root_volume_throughput", "root_volume_iops", "instance_store_policy", "fast_image_pull")
+
+
 class GpuPoolSettings(Section):
     mode: Literal["karpenter", "auto"] = opt("karpenter", "self-managed Karpenter, or EKS Auto Mode")
     instance_categories: list[str] = opt(["g", "p"], "instance categories the gpu-pool may launch", choices=tuple(catalog.categories()))
@@ -295,6 +308,20 @@ class GpuPoolSettings(Section):
         "Auto Mode repairs nodes itself",
     )
     expire_after: str = opt("Never", "node lifetime (Never keeps nodes under a running job)", check=_pattern(_DURATION_RE, "Never or a duration such as 720h"))
+    # Image pull levers (docs/time-to-first-step.md), all off by default: the GPU nodes' EC2NodeClasses as before.
+    root_volume_throughput: Int | None = opt(
+        None, "gp3 throughput of the GPU nodes' root volume in MiB/s (EC2NodeClass blockDeviceMappings ebs.throughput, Karpenter v1.14.1: 125 to 1000); "
+        "unset = gp3's baseline, 125 MiB/s, which caps the unpack of the training image on the root volume", ge=125, le=1000,
+    )
+    root_volume_iops: Int | None = opt(None, "gp3 IOPS of the GPU nodes' root volume (ebs.iops: 3000 to 16000); unset = gp3's baseline, 3000", ge=3000, le=16000)
+    instance_store_policy: Literal["RAID0"] | None = opt(
+        None, "RAID0: the instance's NVMe instance-store disks as one RAID0 array under containerd, the kubelet and pod logs (EC2NodeClass instanceStorePolicy; on AL2023 "
+        "Karpenter sets nodeadm's localStorage strategy RAID0), so images unpack to local NVMe instead of the root EBS volume; unset = instance store unused",
+    )
+    fast_image_pull: Bool = opt(
+        False, "nodeadm's FastImagePull feature gate (experimental in the EKS AMI): containerd pulls and unpacks images with the SOCI snapshotter's parallel pull mode "
+        "(an AL2023 NodeConfig in the EC2NodeClass userData); nodeadm ignores it below 4 vCPUs / 7 GiB and the AMI project asks for 600 MiB/s or more of root-volume throughput",
+    )
 
     def problems(self, path: str) -> Iterator[ConfigError]:
         for key in ("instance_categories", "instance_families", "instance_types", "capacity_types"):
@@ -311,23 +338,52 @@ class GpuPoolSettings(Section):
         if self.mode == "auto":
             # Auto Mode's gpu-pool uses its built-in `default` NodeClass (k8s.builders.gpu_objects), which
             # sizes the root volume itself: the key would do nothing
-            why = {"root_volume_size_gib": "Auto Mode's default NodeClass sizes the root volume", "node_repair": "EKS Auto Mode repairs its nodes itself"}
+            why = {
+                "root_volume_size_gib": "Auto Mode's default NodeClass sizes the root volume",
+                "node_repair": "EKS Auto Mode repairs its nodes itself",
+                **{key: "Auto Mode's default NodeClass sets its nodes' storage and user data" for key in IMAGE_PULL_KEYS},
+            }
             for key, reason in why.items():
                 if key in self.model_fields_set:
                     yield ConfigError(f"{path}.{camel(key)}", getattr(self, key), f"does nothing in gpuPool.mode auto ({reason}); allowed: unset, or gpuPool.mode karpenter")
         if "reserved" in self.capacity_types and self.mode == "auto":
             # the terms live on the node class, and Auto Mode's built-in `default` NodeClass selects none
             yield ConfigError(f"{path}.capacityTypes", self.capacity_types, "reserved needs gpuPool.mode: karpenter (Auto Mode's default NodeClass selects no capacity reservations); allowed: on-demand, spot")
+        if self.mode == "karpenter":
+            yield from self._image_pull_problems(path)
         pool = self.allowed_types()
         if not pool:
             yield ConfigError(f"{path}.instanceTypes", self.instance_types, "no catalog type matches instanceCategories/instanceFamilies/instanceTypes together")
             return
+        if self.fast_image_pull and self.mode == "karpenter":
+            # nodeadm v20260724 internal/containerd/config.go UseSOCISnapshotter: memory >= 7 GiB and >= 4000 millicores, else the gate is ignored
+            small = sorted(i.name for i in pool if i.vcpu < FAST_PULL_MIN_VCPU or i.memory_gib < FAST_PULL_MIN_MEMORY_GIB)
+            if small:
+                yield ConfigError(f"{path}.fastImagePull", True, f"nodeadm ignores FastImagePull below {FAST_PULL_MIN_VCPU} vCPUs or {FAST_PULL_MIN_MEMORY_GIB} GiB, and the pool allows {', '.join(small)}; allowed: false, or a pool without them")
         smallest = min(i.gpus for i in pool)
         if self.gpu_limit < smallest:
             yield ConfigError(f"{path}.gpuLimit", self.gpu_limit, f"allowed: at least one node's GPUs ({smallest} for the smallest type in the pool)")
 
     def allowed_types(self) -> list[catalog.GpuInstance]:
         return catalog.types_in_pool(self.instance_categories, self.instance_families, self.instance_types)
+
+    def _image_pull_problems(self, path: str) -> Iterator[ConfigError]:
+        iops = self.root_volume_iops if self.root_volume_iops is not None else GP3_BASELINE_IOPS
+        if self.root_volume_throughput is not None and self.root_volume_throughput > iops * GP3_MIB_PER_IOPS:
+            # EBS User Guide, "General Purpose SSD volumes": gp3 throughput is at most 0.25 MiB/s per provisioned IOPS
+            need = math.ceil(self.root_volume_throughput / GP3_MIB_PER_IOPS)
+            yield ConfigError(f"{path}.rootVolumeThroughput", self.root_volume_throughput, f"gp3 allows at most 0.25 MiB/s per IOPS ({iops} IOPS: {int(iops * GP3_MIB_PER_IOPS)} MiB/s); allowed: rootVolumeIops of {need} or more, or less throughput")
+        if self.fast_image_pull and self.instance_store_policy is None and (self.root_volume_throughput or GP3_BASELINE_MIBPS) < FAST_PULL_MIN_MIBPS:
+            # amazon-eks-ami nodeadm/doc/examples.md, "Enabling fast image pull": at least 600 MiB/s, "below that value, you may see longer image pull times"
+            yield ConfigError(
+                f"{path}.fastImagePull", True,
+                f"parallel pull writes to the root volume, and below {FAST_PULL_MIN_MIBPS} MiB/s (now {self.root_volume_throughput or GP3_BASELINE_MIBPS}) the EKS AMI project warns it may pull slower; "
+                f"allowed: with rootVolumeThroughput of {FAST_PULL_MIN_MIBPS} or more (and rootVolumeIops of {math.ceil(FAST_PULL_MIN_MIBPS / GP3_MIB_PER_IOPS)} or more), or instanceStorePolicy RAID0",
+            )
+
+    def node_class_storage(self) -> dict[str, Any]:
+        """The image pull levers as ``k8s.builders.gpu_objects.ec2_node_class`` takes them."""
+        return {"root_volume_throughput": self.root_volume_throughput, "root_volume_iops": self.root_volume_iops, "instance_store_policy": self.instance_store_policy, "fast_image_pull": self.fast_image_pull}
 
 
 class EfaSettings(Section):

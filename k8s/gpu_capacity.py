@@ -51,7 +51,13 @@ class GpuCapacity(pulumi.ComponentResource):
         reservations = [t.karpenter() for t in s.gpu_pool.capacity_reservation_selector_terms]
         gpu_class = apply_manifest(
             g.ec2_node_class(
-                name="gpu", cluster_name=self._cluster_name, node_role=node_role, root_volume_gib=s.gpu_pool.root_volume_size_gib, tags=node_tags, capacity_reservations=reservations
+                name="gpu",
+                cluster_name=self._cluster_name,
+                node_role=node_role,
+                root_volume_gib=s.gpu_pool.root_volume_size_gib,
+                tags=node_tags,
+                capacity_reservations=reservations,
+                **s.gpu_pool.node_class_storage(),
             ),
             self._opts(depends_on=[karpenter]),
         )
@@ -71,6 +77,7 @@ class GpuCapacity(pulumi.ComponentResource):
                         placement_group=self._aws.placement_group_name,
                         interfaces=g.efa_network_interfaces(types[0]),
                         extra_security_group_tags={EFA_SG_TAG: self._cluster_name},
+                        **s.gpu_pool.node_class_storage(),
                     ),
                     self._opts(depends_on=[karpenter, *self._aws.efa_resources]),
                 )

@@ -129,9 +129,20 @@ def ec2_node_class(
     interfaces: list[dict] | None = None,
     extra_security_group_tags: dict[str, str] | None = None,
     capacity_reservations: list[dict] | None = None,
+    root_volume_throughput: int | None = None,
+    root_volume_iops: int | None = None,
+    instance_store_policy: str | None = None,
+    fast_image_pull: bool = False,
 ) -> dict:
     """``capacity_reservations``: Karpenter's ``capacityReservationSelectorTerms``; the NodePools'
-    ``reserved`` capacity type launches only into reservations these terms select."""
+    ``reserved`` capacity type launches only into reservations these terms select.
+
+    The image pull levers (``gpuPool`` keys, docs/time-to-first-step.md), each left out when unset:
+    ``root_volume_throughput`` / ``root_volume_iops`` (gp3 MiB/s and IOPS of the root volume, where
+    containerd unpacks images), ``instance_store_policy`` (``RAID0``: Karpenter has nodeadm put
+    containerd, the kubelet and pod logs on a RAID0 of the NVMe instance store) and
+    ``fast_image_pull`` (a NodeConfig in ``userData`` turning on nodeadm's FastImagePull gate, the
+    SOCI snapshotter's parallel pull; Karpenter adds its own NodeConfig after it)."""
     discovery = {"karpenter.sh/discovery": cluster_name}
     security_groups = [{"tags": dict(discovery)}] + ([{"tags": dict(extra_security_group_tags)}] if extra_security_group_tags else [])
     spec = {
@@ -152,7 +163,23 @@ def ec2_node_class(
         spec["networkInterfaces"] = interfaces
     if capacity_reservations:
         spec["capacityReservationSelectorTerms"] = [dict(t) for t in capacity_reservations]
+    root_ebs = spec["blockDeviceMappings"][0]["ebs"]
+    if root_volume_throughput is not None:
+        root_ebs["throughput"] = root_volume_throughput
+    if root_volume_iops is not None:
+        root_ebs["iops"] = root_volume_iops
+    if instance_store_policy:
+        spec["instanceStorePolicy"] = instance_store_policy
+    if fast_image_pull:
+        spec["userData"] = FAST_IMAGE_PULL_NODE_CONFIG
     return {"apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": name}, "spec": spec}
+
+
+# nodeadm's NodeConfig (node.eks.aws/v1alpha1) with the FastImagePull gate, as amazon-eks-ami's
+# nodeadm/doc/examples.md ("Enabling fast image pull") writes it. Karpenter v1.14.1 takes a YAML
+# userData on AL2023 as a NodeConfig part of the MIME archive it builds, before its own NodeConfig
+# (pkg/providers/amifamily/bootstrap/nodeadm.go parseUserData), and nodeadm merges the two.
+FAST_IMAGE_PULL_NODE_CONFIG = "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  featureGates:\n    FastImagePull: true\n"
 
 
 # --- Helm values -------------------------------------------------------------------------------
