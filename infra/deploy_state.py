@@ -16,6 +16,7 @@ from config.names import SSM_PARAMETER
 
 BOOTSTRAP_ADMIN = "bootstrap-admin"
 TRAINER_VERSION = "trainer-version"
+RETAINED_BUILDS = "retained-builds"  # infra/registry.py pushed_image: the state's image build is retain_on_delete
 
 
 def parameter_name(cluster_name: str, key: str) -> str:

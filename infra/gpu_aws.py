@@ -286,7 +286,8 @@ class GpuAws(pulumi.ComponentResource):
             try:
                 have = aws.servicequotas.get_service_quota(service_code="ec2", quota_name=quota, opts=pulumi.InvokeOptions(parent=self)).value
             except Exception as err:  # noqa: BLE001 - a quota that cannot be read is said, not fatal
-                unread.append(f"{quota!r} ({vcpus} vCPUs needed; {(str(err).strip().splitlines() or [type(err).__name__])[-1][:120]})")
+                reason = (str(err).strip().splitlines() or [type(err).__name__])[-1].rpartition(" failed: ")[2]
+                unread.append(f"{quota!r} ({vcpus} vCPUs needed; {reason})")
                 continue
             if have < vcpus:
                 pulumi.log.warn(f"EC2 quota {quota!r} is {have:g} vCPUs in {self._s.region}; the enabled jobs need {vcpus} at once: "

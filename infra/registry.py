@@ -40,7 +40,7 @@ import pulumi_docker_build as docker_build
 
 import versions
 from config.names import ECR_REPOSITORY
-from infra import build_context
+from infra import build_context, deploy_state
 from k8s.builders import images
 
 PROJECT_DIR = pathlib.Path(__file__).resolve().parent.parent
@@ -216,18 +216,28 @@ def mirror_repository_name(cluster_name: str, upstream: str) -> str:
     return f"{repository_name(cluster_name, 'mirror')}/{repo}"
 
 
-def lifecycle_policy(keep: int = KEEP_TAGGED_IMAGES) -> str:
+def lifecycle_policy(keep: int = KEEP_TAGGED_IMAGES, current: str | None = None) -> str:
     """Untagged images (left behind by rebuilds) expire after a week; of the tagged ones the
-    newest ``keep`` stay, so recent jobs can still pull what they were started with."""
+    newest ``keep`` stay, so recent jobs can still pull what they were started with. The
+    ``current`` tag (what the stack's jobs run) never expires: a rule of its own, first, matches
+    it, and an image a rule matches cannot be expired by a rule of lower priority (ECR User Guide,
+    "Lifecycle policy evaluation rules"); the count rule ranks by push time, and a tag held since
+    long ago (a revert A -> B -> A) would otherwise be the first to go."""
     rules = [
-        {
+        *([{
             "rulePriority": 1,
+            "description": "never expire the tag the stack's jobs run",
+            "selection": {"tagStatus": "tagged", "tagPatternList": [current], "countType": "imageCountMoreThan", "countNumber": 1},
+            "action": {"type": "expire"},
+        }] if current else []),
+        {
+            "rulePriority": 2,
             "description": f"expire untagged images after {UNTAGGED_EXPIRE_DAYS} days",
             "selection": {"tagStatus": "untagged", "countType": "sinceImagePushed", "countUnit": "days", "countNumber": UNTAGGED_EXPIRE_DAYS},
             "action": {"type": "expire"},
         },
         {
-            "rulePriority": 2,
+            "rulePriority": 3,
             "description": f"keep the newest {keep} images",
             "selection": {"tagStatus": "any", "countType": "imageCountMoreThan", "countNumber": keep},
             "action": {"type": "expire"},
@@ -236,7 +246,7 @@ def lifecycle_policy(keep: int = KEEP_TAGGED_IMAGES) -> str:
     return json.dumps({"rules": rules}, sort_keys=True)
 
 
-def _repository(name: str, repo_name: str, tags: dict[str, str], keep: int, parent: pulumi.Resource) -> aws.ecr.Repository:
+def _repository(name: str, repo_name: str, tags: dict[str, str], keep: int, parent: pulumi.Resource, current: str | None = None) -> aws.ecr.Repository:
     """An ECR repository the stack owns: tags immutable, scanned on push, encrypted, with the
     lifecycle policy; removing it removes its images (it only holds what the stack put there)."""
     repository = aws.ecr.Repository(
@@ -249,51 +259,64 @@ def _repository(name: str, repo_name: str, tags: dict[str, str], keep: int, pare
         tags=tags,
         opts=pulumi.ResourceOptions(parent=parent),
     )
-    aws.ecr.LifecyclePolicy(name, repository=repository.name, policy=lifecycle_policy(keep), opts=pulumi.ResourceOptions(parent=parent))
+    aws.ecr.LifecyclePolicy(name, repository=repository.name, policy=lifecycle_policy(keep, current), opts=pulumi.ResourceOptions(parent=parent))
     return repository
 
 
-# ECR ListImages' error code for a repository that does not exist (ECR API Reference, ListImages
-# "Errors": RepositoryNotFoundException); the provider's message carries it. Any other error is raised.
-REPOSITORY_NOT_FOUND = "RepositoryNotFoundException"
-
-
 def held_tags(repository_name: str, parent: pulumi.Resource) -> dict[str, str]:
-    """tag -> digest of the images ``repository_name`` holds now (``aws.ecr.get_images``: ECR
-    ListImages, every page), asked before anything is registered; {} for a repository that does
-    not exist yet (a first deploy)."""
-    try:
-        found = aws.ecr.get_images(repository_name=repository_name, opts=pulumi.InvokeOptions(parent=parent))
-    except Exception as err:  # noqa: BLE001 - the provider reports a missing repository as an error
-        if REPOSITORY_NOT_FOUND not in str(err):
-            raise
+    """tag -> digest of the images ``repository_name`` holds now, asked before anything is
+    registered; {} for a repository that does not exist yet (a first deploy). The repository is
+    looked for first (``aws.ecr.get_repositories``: DescribeRepositories): the images data source
+    reports a missing repository only as "couldn't find resource", without ECR's error code
+    (terraform-provider-aws ``internal/service/ecr/images_data_source.go``), so any error of the
+    images read itself is raised. Then every image (``aws.ecr.get_images``: ListImages, every page)."""
+    invoke = pulumi.InvokeOptions(parent=parent)
+    if repository_name not in (aws.ecr.get_repositories(opts=invoke).names or []):
         return {}
+    found = aws.ecr.get_images(repository_name=repository_name, opts=invoke)
     return {i.image_tag: i.image_digest for i in found.image_ids or [] if i.image_tag and i.image_digest}
 
 
 def pushed_image(name: str, *, repository: aws.ecr.Repository, repository_name: str, tag: str, context: str, dockerfile: str, build_args: Mapping[str, str],
-                 parent: pulumi.Resource) -> pulumi.Output[str]:
+                 cluster_name: str, kind: str, tags: dict[str, str], parent: pulumi.Resource) -> pulumi.Output[str]:
     """``<repository url>@<digest>`` of the image ``tag``: the registry's own digest when the
     repository holds the tag already (nothing built, nothing pushed), else the digest of the build
-    registered here and pushed at deploy."""
+    registered here and pushed at deploy.
+
+    A stack deployed before builds were ``retain_on_delete`` still has its build in the state
+    without that option, and a build dropped from the program then would be deleted by the
+    provider, its pushed digest with it (``Image.Delete``). So the rule applies once an SSM
+    parameter (infra/deploy_state.py, ``retained-builds-<kind>``, written after the build by every
+    deploy) says the state's build is retained; until then the build stays registered (unchanged
+    inputs: no push) and gets the option."""
     url = repository.repository_url
-    held = held_tags(repository_name, parent)
+    invoke = pulumi.InvokeOptions(parent=parent)
+    param = deploy_state.parameter_name(cluster_name, f"{deploy_state.RETAINED_BUILDS}-{kind}")
+    held = held_tags(repository_name, parent) if deploy_state.read_parameter(param, invoke) == "true" else {}
+    image = None
     if tag in held:
-        return url.apply(lambda u: f"{u}@{held[tag]}")
-    image = docker_build.Image(
-        name,
-        context={"location": context},
-        dockerfile={"location": dockerfile},
-        platforms=[docker_build.Platform(PLATFORM)],
-        build_args=dict(build_args),
-        tags=[url.apply(lambda u: f"{u}:{tag}")],
-        push=True,
-        pull=False,
-        build_on_preview=False,
-        registries=[_registry_login(repository, parent)],
-        opts=pulumi.ResourceOptions(parent=parent, retain_on_delete=True),
+        ref = url.apply(lambda u: f"{u}@{held[tag]}")
+    else:
+        image = docker_build.Image(
+            name,
+            context={"location": context},
+            dockerfile={"location": dockerfile},
+            platforms=[docker_build.Platform(PLATFORM)],
+            build_args=dict(build_args),
+            tags=[url.apply(lambda u: f"{u}:{tag}")],
+            push=True,
+            pull=False,
+            build_on_preview=False,
+            registries=[_registry_login(repository, parent)],
+            opts=pulumi.ResourceOptions(parent=parent, retain_on_delete=True),
+        )
+        ref = pulumi.Output.all(url, image.digest).apply(lambda a: f"{a[0]}@{a[1]}")
+    aws.ssm.Parameter(
+        f"{name}-retained-builds", name=param, type="String", value="true", tags=tags,
+        description="The stack's image builds are retain_on_delete in its state (infra/registry.py pushed_image)",
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=[image] if image else []),
     )
-    return pulumi.Output.all(url, image.digest).apply(lambda a: f"{a[0]}@{a[1]}")
+    return ref
 
 
 def _registry_login(repository: aws.ecr.Repository, parent: pulumi.Resource) -> docker_build.RegistryArgs:
@@ -313,12 +336,12 @@ class TrainingImage(pulumi.ComponentResource):
         super().__init__("training-platform:infra:TrainingImage", name, None, opts)
         # removing the repository (every job brings its own image) removes the images too
         repo_name = repository_name(cluster_name)
-        self.repository = _repository(name, repo_name, tags, KEEP_TAGGED_IMAGES, self)
         if problem := context_problem(PROJECT_DIR / CONTEXT):
             raise pulumi.RunError(problem)
         self.tag = image_tag()
+        self.repository = _repository(name, repo_name, tags, KEEP_TAGGED_IMAGES, self, current=self.tag)
         self.ref = pushed_image(name, repository=self.repository, repository_name=repo_name, tag=self.tag, context=CONTEXT, dockerfile=f"{CONTEXT}/{DOCKERFILE}",
-                                build_args=versions.WORKLOAD_BUILD_ARGS, parent=self)
+                                build_args=versions.WORKLOAD_BUILD_ARGS, cluster_name=cluster_name, kind="workloads", tags=tags, parent=self)
         self.register_outputs({"repositoryUrl": self.repository.repository_url, "tag": self.tag, "ref": self.ref})
 
 

@@ -19,6 +19,7 @@ import pulumi_aws as aws
 
 import versions
 from config.labels import NODE_ROLE_LABEL
+from config.names import ECR_REPOSITORY
 from infra.registry import PLATFORM, _repository, content_tag, context_modes, pushed_image, repository_name
 from k8s import helm
 from k8s.builders import portal as mp
@@ -52,9 +53,12 @@ def image_tag() -> str:
 
 
 def portal_repository_name(cluster_name: str) -> str:
-    """``<cluster>/portal`` in ECR's alphabet, normalised as every repository of the stack is
-    (infra/registry.py ``_base``)."""
-    return repository_name(cluster_name, "portal", sep="/")
+    """``<cluster>/portal`` as it always was when that is a valid ECR name (a stack's repository
+    keeps its name: a new name replaces it), else normalised as every repository of the stack is
+    (infra/registry.py ``_base``): capitals (``Train`` and ``train`` would share one repository)
+    or separators ECR refuses."""
+    plain = f"{cluster_name}/portal"
+    return plain if ECR_REPOSITORY.fits(plain) else repository_name(cluster_name, "portal", sep="/")
 
 
 def build_args() -> dict[str, str]:
@@ -101,10 +105,10 @@ class Portal(pulumi.ComponentResource):
         config_hash = document.apply(lambda d: hashlib.sha256(d.encode()).hexdigest()[:16])
 
         # the image, by the rule of every image the stack pushes (infra/registry.py pushed_image)
-        repo_name = portal_repository_name(s.cluster_name)
-        repository = _repository(f"{name}-image", repo_name, tags, KEEP_IMAGES, self)
-        self.image_ref = pushed_image(f"{name}-image", repository=repository, repository_name=repo_name, tag=image_tag(), context=".", dockerfile=DOCKERFILE,
-                                      build_args=build_args(), parent=self)
+        repo_name, tag = portal_repository_name(s.cluster_name), image_tag()
+        repository = _repository(f"{name}-image", repo_name, tags, KEEP_IMAGES, self, current=tag)
+        self.image_ref = pushed_image(f"{name}-image", repository=repository, repository_name=repo_name, tag=tag, context=".", dockerfile=DOCKERFILE,
+                                      build_args=build_args(), cluster_name=s.cluster_name, kind="portal", tags=tags, parent=self)
 
         # what serves the Ingresses
         serves: list[pulumi.Resource] = []

@@ -283,7 +283,7 @@ def test_dev_builds_the_image_into_its_own_repository_and_jobs_use_the_digest():
     assert repo.inputs["imageScanningConfiguration"] == {"scanOnPush": True}
     assert repo.inputs["encryptionConfigurations"][0]["encryptionType"] in ("AES256", "KMS")
     policy = json.loads(run.one(POLICY, "workloads").inputs["policy"])
-    assert {r["selection"]["tagStatus"] for r in policy["rules"]} == {"untagged", "any"}
+    assert {r["selection"]["tagStatus"] for r in policy["rules"]} == {"tagged", "untagged", "any"}  # tagged: the current tag, protected (test_image_pushes.py)
     build = run.one(BUILD)
     assert build.inputs["context"] == {"location": "workloads"} and build.inputs["push"] is True
     assert build.inputs["platforms"] == ["linux/amd64"]

@@ -5,6 +5,7 @@ again (ECR refuses a second push to an IMMUTABLE tag), and tags do not depend on
 from __future__ import annotations
 
 import copy
+import json
 import os
 import pathlib
 import shutil
@@ -12,7 +13,7 @@ import stat
 
 import pytest
 
-from infra import registry
+from infra import deploy_state, registry
 from k8s import portal as portal_component
 from tests.conftest import PROJECT, dev_config, stack_file
 from tests.e2e.portal_helpers import PORTAL
@@ -48,8 +49,11 @@ def test_portable_modes_are_gits_two_file_modes():
     assert registry.portable_mode(stat.S_IFLNK | 0o755) == "Lrwxrwxrwx"
 
 
-def _dev(**registry_images):
-    return run_program(str(PROJECT), "dev", stack_config={"config": dev_config()}, registry_images=registry_images)
+RETAINED = {deploy_state.parameter_name("training-dev", f"{deploy_state.RETAINED_BUILDS}-workloads"): "true"}
+
+
+def _dev(ssm=RETAINED, **registry_images):
+    return run_program(str(PROJECT), "dev", stack_config={"config": dev_config()}, registry_images=registry_images, ssm_parameters=ssm)
 
 
 def test_a_tag_the_registry_holds_is_used_by_its_digest_and_nothing_is_built():
@@ -67,6 +71,30 @@ def test_a_tag_the_registry_holds_is_used_by_its_digest_and_nothing_is_built():
     # a repository that exists but does not hold this tag (the inputs changed): built and pushed
     changed = _dev(**{name: {"0" * 20: "sha256:" + "cd" * 32}})
     assert changed.one(BUILD).inputs["tags"] == [f"{url}:{registry.image_tag()}"]
+    # every deploy records, after the build, that the state's build is retained
+    (param,) = [p for p in first.by_type("aws:ssm/parameter:Parameter") if p.inputs["name"] in RETAINED]
+    assert param.inputs["type"] == "String" and first.one(BUILD).urn in param.depends_on
+
+
+def test_a_stack_whose_build_is_not_yet_retained_keeps_it_registered_until_it_is():
+    """A stack deployed before builds were retain_on_delete: dropping its build from the program
+    would make the provider delete the pushed digest (Image.Delete), so the first deploy keeps the
+    build (unchanged inputs: nothing pushed) and records that it is now retained."""
+    first = _dev()
+    name = first.one("aws:ecr/repository:Repository", "workloads").inputs["name"]
+    held = {name: {registry.image_tag(): HELD}}
+    before = _dev(ssm={}, **held)
+    build = before.one(BUILD)
+    assert build.retain_on_delete and build.inputs["tags"][0].endswith(":" + registry.image_tag())
+    assert not _dev(**held).by_type(BUILD)
+
+
+def test_the_current_tag_never_expires_under_the_lifecycle_policy():
+    run = _dev()
+    policy = json.loads(run.one("aws:ecr/lifecyclePolicy:LifecyclePolicy", "workloads").inputs["policy"])
+    first, *rest = sorted(policy["rules"], key=lambda r: r["rulePriority"])
+    assert first["selection"] == {"tagStatus": "tagged", "tagPatternList": [registry.image_tag()], "countType": "imageCountMoreThan", "countNumber": 1}
+    assert rest[-1]["selection"]["tagStatus"] == "any"  # ECR: the rule of tagStatus any is evaluated last
 
 
 def test_a_mirrored_pin_the_registry_holds_is_not_copied_again():
@@ -86,10 +114,14 @@ def test_a_mirrored_pin_the_registry_holds_is_not_copied_again():
     assert all(ref in rendered for ref in refs.values())
 
 
-def _portal_stack(**registry_images):
+def _teams_cluster() -> str:
+    return stack_file("teams")["config"]["training-platform:cluster"].get("name") or "training-platform-teams"
+
+
+def _portal_stack(ssm=None, **registry_images):
     stack = copy.deepcopy(stack_file("teams"))
     stack["config"]["training-platform:portal"] = copy.deepcopy(PORTAL)
-    return run_program(str(PROJECT), "teams", stack_config=stack, registry_images=registry_images)
+    return run_program(str(PROJECT), "teams", stack_config=stack, registry_images=registry_images, ssm_parameters=ssm)
 
 
 def test_the_portals_image_follows_the_same_rule():
@@ -97,9 +129,10 @@ def test_the_portals_image_follows_the_same_rule():
     builds = [b for b in first.by_type(BUILD) if b.name == "portal-image"]
     assert len(builds) == 1 and builds[0].retain_on_delete
     repo = first.one("aws:ecr/repository:Repository", "portal-image")
-    assert repo.inputs["name"] == portal_component.portal_repository_name(stack_file("teams")["config"]["training-platform:cluster"].get("name") or "training-platform-teams")
+    assert repo.inputs["name"] == portal_component.portal_repository_name(_teams_cluster()) == f"{_teams_cluster()}/portal"  # the name it always had
     assert builds[0].inputs["tags"] == [f"{repo.state['repositoryUrl']}:{portal_component.image_tag()}"]
-    again = _portal_stack(**{repo.inputs["name"]: {portal_component.image_tag(): HELD}})
+    again = _portal_stack(ssm={deploy_state.parameter_name(_teams_cluster(), f"{deploy_state.RETAINED_BUILDS}-portal"): "true"},
+                          **{repo.inputs["name"]: {portal_component.image_tag(): HELD}})
     assert not [b for b in again.by_type(BUILD) if b.name == "portal-image"]
     deployments = [r for r in again.registrations if r.type.endswith(":Deployment") and "portal" in r.name]
     assert any(f"{repo.state['repositoryUrl']}@{HELD}" in str(d.inputs) for d in deployments)
@@ -128,14 +161,16 @@ def test_only_a_missing_repository_means_nothing_is_held(monkeypatch):
     class Boom(Exception):
         pass
 
-    def missing(**_kw):
-        raise Boom("error reading ECR Images: RepositoryNotFoundException: The repository with name 'x' does not exist")
+    class Found:
+        def __init__(self, names):
+            self.names = names
 
     def denied(**_kw):
-        raise Boom("error reading ECR Images: AccessDeniedException: not authorized to perform: ecr:ListImages")
+        raise Boom("reading ECR Images: AccessDeniedException: not authorized to perform: ecr:ListImages")
 
-    monkeypatch.setattr(registry.aws.ecr, "get_images", missing)
-    assert registry.held_tags("x", None) == {}  # pyright: ignore[reportArgumentType]
+    monkeypatch.setattr(registry.aws.ecr, "get_repositories", lambda **_kw: Found(["other"]))
     monkeypatch.setattr(registry.aws.ecr, "get_images", denied)
+    assert registry.held_tags("x", None) == {}  # pyright: ignore[reportArgumentType]  (not there: nothing held, the images never read)
+    monkeypatch.setattr(registry.aws.ecr, "get_repositories", lambda **_kw: Found(["other", "x"]))
     with pytest.raises(Boom):  # never taken as "nothing held": the build would push over a held tag
         registry.held_tags("x", None)  # pyright: ignore[reportArgumentType]

@@ -41,12 +41,14 @@ class AccountState:
             if self.quotas is None or name not in self.quotas:
                 return {}, [("quotaName", "the offline render does not know this account's quotas" if self.quotas is None else f"NoSuchResourceException: {name}")]
             return {"quotaName": name, "serviceCode": args.get("serviceCode"), "value": self.quotas[name], "id": name}, []
+        if token == "aws:ecr/getRepositories:getRepositories":  # DescribeRepositories, every page: the names
+            return {"names": sorted(self.registry_images), "id": args.get("region") or "registry"}, []
         if token == "aws:ecr/getImages:getImages":
-            # ECR ListImages (the data source's call): a missing repository is RepositoryNotFoundException
-            # (ECR API Reference, ListImages "Errors"); else every image id, tagged or not
+            # ListImages (the data source's call); a missing repository as the data source reports it,
+            # without ECR's error code (terraform-provider-aws images_data_source.go: retry.NotFoundError)
             repo = args.get("repositoryName", "")
             if repo not in self.registry_images:
-                return {}, [("repositoryName", f"RepositoryNotFoundException: The repository with name '{repo}' does not exist in the registry with id '{ACCOUNT}'")]
+                return {}, [("repositoryName", "reading ECR Images: couldn't find resource")]
             ids = [{"imageTag": tag, "imageDigest": digest} for tag, digest in sorted(self.registry_images[repo].items())]
             return {"imageIds": ids, "repositoryName": repo, "registryId": args.get("registryId") or ACCOUNT, "id": repo}, []
         return None
