@@ -7,6 +7,7 @@ import pulumi
 
 from config.deploy_rules import OFFLINE_NOTICE, deploy_problems
 from config.effect_rules import spot_advice
+from config.portal_models import portal_advice
 from config.schema import ConfigError, ConfigErrors
 from config.settings import job_grace_periods, load_settings
 from infra.alarms import Alarms
@@ -15,7 +16,7 @@ from infra.deploy_state import TRAINER_VERSION, parameter_name, read_parameter, 
 from infra.gpu_aws import GpuAws
 from infra.network import Network
 from infra.node_health import NodeHealth
-from infra.project_config import aws_region, offline_render, project_config
+from infra.project_config import aws_region, offline_render, project_config, secret_config_keys
 from infra.registry import ImageMirror, TrainingImage
 from infra.storage import CheckpointStorage
 from k8s.gpu_capacity import GpuCapacity
@@ -27,7 +28,7 @@ from workloads.builders.trainjobs import WORKLOADS
 from workloads.trainjobs import PLATFORM_OUTPUT, TrainJobs
 
 try:
-    settings = load_settings(project_config(), stack=pulumi.get_stack(), region=aws_region())
+    settings = load_settings(project_config(), stack=pulumi.get_stack(), region=aws_region(), secret_keys=secret_config_keys())
     # what the last deploy installed decides whether a Trainer switch is allowed (docs/trainer-upgrade.md)
     installed = read_parameter(parameter_name(settings.cluster_name, TRAINER_VERSION))
     if problem := trainer_switch_error(installed=installed, wanted=settings.trainer.version, allow_upgrade_from=settings.trainer.allow_upgrade_from):
@@ -43,7 +44,7 @@ if for_deploy:  # kept offline (the render, the local control plane): said once,
 
 for gap in settings.fact_gaps():  # facts the table lacks for this Region: said once, not refused
     pulumi.log.warn(gap)
-for advice in spot_advice(settings):  # valid, but what spot costs a job is said, not refused
+for advice in [*spot_advice(settings), *portal_advice(settings.portal)]:  # valid, but said, not refused (spot's cost to a job, a world-open portal)
     pulumi.log.warn(advice)
 
 tags = {"project": "training-platform", "stack": settings.stack, "managed-by": "pulumi"}

@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterator
 
 from config.checks import _cidr_list, _pattern, _unique
-from config.schema import Bool, ConfigError, Section, opt, problems_of
+from config.schema import REDACTED, Bool, ConfigError, SchemaCheck, Section, opt, problems_of
 
 HTTPS_URL_RE = re.compile(r"^https://[A-Za-z0-9.-]+(:\d{1,5})?(/[A-Za-z0-9._~%!$&'()*+,;=:@/-]*)?$", re.ASCII)
 HOST_RE = re.compile(r"^(?=.{1,253}$)([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$", re.ASCII)
@@ -16,7 +16,19 @@ ACM_ARN_RE = re.compile(r"^arn:aws[a-z-]*:acm:[a-z0-9-]+:\d{12}:certificate/[0-9
 EMAIL_RE = re.compile(r"^[^@\s]{1,64}@[A-Za-z0-9.-]{1,255}$", re.ASCII)
 # an IdP group as its groups claim names it: printable, no spaces at the ends, never Kubernetes' system: prefix
 GROUP_RE = re.compile(r"^(?!system:)[\x21-\x7e]([\x20-\x7e]{0,254}[\x21-\x7e])?$", re.ASCII)
+WORLD = ("0.0.0.0/0", "::/0")
+SET_SECRET = "pulumi config set --secret --path 'training-platform:portal.clientSecret' <secret>"
 REQUIRED = ("host", "certificateArn", "issuer", "authorizationEndpoint", "tokenEndpoint", "userInfoEndpoint", "clientId", "clientSecret")
+
+
+def _check_inbound_cidrs(values: list[str]) -> str | None:
+    if not values:
+        # the ALB's inbound-cidrs annotation would be empty (k8s/builders/portal.py ingresses)
+        return "required: at least one CIDR block (an empty list leaves the ALB's inbound-cidrs empty); for everyone say so: [0.0.0.0/0]"
+    return _cidr_list(values)
+
+
+_inbound_cidrs = SchemaCheck(_check_inbound_cidrs, {**getattr(_cidr_list, "schema", {}), "minItems": 1})
 
 
 class PortalTeamSettings(Section):
@@ -47,7 +59,7 @@ class PortalSettings(Section):
     client_id: str | None = opt(None, "OIDC client id of the portal's app at the identity provider")
     client_secret: str | None = opt(None, "OIDC client secret: set it as a Pulumi secret (pulumi config set --secret --path 'training-platform:portal.clientSecret')")
     scope: str = opt("openid email", "OIDC scopes the ALB asks for (add the one your IdP needs for a groups claim)", check=_pattern(re.compile(r"^openid( [A-Za-z0-9_:.-]+)*$", re.ASCII), "space-separated scopes starting with openid"))
-    inbound_cidrs: list[str] = opt(["0.0.0.0/0"], "who may reach the ALB (its security group)", check=_cidr_list)
+    inbound_cidrs: list[str] = opt(["0.0.0.0/0"], "who may reach the ALB (its security group); unset, everyone (0.0.0.0/0: every page needs the OIDC login), which the render and preview say each run until it is set", check=_inbound_cidrs)
     api_bearer_tokens: Bool = opt(False, "pass a Kubernetes bearer token sent to /api/* on to the API server (a team's backend without a browser login); "
                                   "this opens the private API server to anyone on inboundCidrs who holds a token, a service account's included: leave it off unless teams need it")
     teams: dict[str, PortalTeamSettings] = opt({}, "team (one of tenants) -> who signs in as it: groups (IdP groups, the login's groups claim) and/or emails (the login's email claim)")
@@ -85,3 +97,24 @@ def portal_rules(tenants: list[str], portal: PortalSettings, *, region: str = ""
     for team in portal.teams:
         if team not in tenants:
             yield ConfigError(f"portal.teams.{team}", team, f"not a team of this stack; allowed: one of tenants ({', '.join(tenants) or 'none'})")
+
+
+def portal_advice(portal: PortalSettings) -> list[str]:
+    """What is kept but said (a render and preview warning): an enabled portal open to every
+    address because inboundCidrs is unset. Kept, not refused: the ALB asks for the OIDC login on
+    every page before a request reaches the portal, a login page is usually open to the world, and
+    stack files that rely on the default keep working; said, so that it is never silent. Setting
+    inboundCidrs (to 0.0.0.0/0 too) silences it."""
+    if not portal.enabled or "inbound_cidrs" in portal.model_fields_set:
+        return []
+    tokens = " and, with apiBearerTokens, the API server to anyone holding a Kubernetes token" if portal.api_bearer_tokens else ""
+    return [f"portal.inboundCidrs is unset: the portal's ALB takes requests from every address ({', '.join(portal.inbound_cidrs)}): its login page{tokens}; "
+            "set portal.inboundCidrs to your networks, or to [0.0.0.0/0] to say it is meant"]
+
+
+def plain_secret_problems(raw_portal: object, secret: bool) -> list[ConfigError]:
+    """portal.clientSecret given in plain text: in the stack file (and the state) for anyone who
+    reads it. ``secret``: whether Pulumi holds training-platform:portal as a secret (a secure value in it)."""
+    if secret or not isinstance(raw_portal, dict) or raw_portal.get("clientSecret") in (None, ""):
+        return []
+    return [ConfigError("portal.clientSecret", REDACTED, f"in plain text in the stack file; set it as a secret: {SET_SECRET}")]

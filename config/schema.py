@@ -15,6 +15,7 @@ raises them together as one :class:`ConfigErrors`.
 from __future__ import annotations
 
 import difflib
+import re
 import types
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -25,7 +26,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
-from config.secrets import REDACTED, UNSHOWN, looks_secret, strings_in  # noqa: F401  (REDACTED, looks_secret: part of this module's interface)
+from config.secrets import REDACTED, UNSHOWN, looks_secret, offline_secret, strings_in  # noqa: F401  (REDACTED, looks_secret: part of this module's interface)
 
 PROJECT = "training-platform"
 
@@ -133,7 +134,10 @@ def _fail(allowed: str, *, suffix: str = "", **value: Any) -> PydanticCustomErro
 
 def _field_check(choices: tuple | None, check: Check | None) -> Callable[[Any], Any]:
     def run(value: Any) -> Any:
-        if value is None:
+        if value is None or offline_secret(value):  # a secure value offline: unknown, judged by Pulumi's preview
+            return value
+        if isinstance(value, list) and any(offline_secret(v) for v in value):
+            run([v for v in value if not offline_secret(v)])
             return value
         if choices is not None:
             items = value if isinstance(value, list) else [value]
@@ -147,6 +151,27 @@ def _field_check(choices: tuple | None, check: Check | None) -> Callable[[Any], 
         return value
 
     return run
+
+
+def _unquoted_number(choices: tuple) -> Callable[[Any], Any]:
+    """A text choice written as an unquoted number: YAML (and Pulumi, which passes the number on)
+    reads ``version: 1.30`` as the number 1.3; say so, and to quote it."""
+
+    def run(value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int | float) or str(value) in choices:
+            return value
+        meant = [c for c in choices if _as_number(c) == value]
+        written = f" or {value}0" if isinstance(value, float) and value != int(value) else ""
+        if meant:
+            raise _fail(f"the number {value}: YAML reads an unquoted {meant[0]} as {value} (and Pulumi passes the number on); quote it: \"{meant[0]}\"", value=value)
+        raise _fail(f"the number {value}: YAML reads an unquoted {value}{written} as a number (and Pulumi passes {value} on); "
+                    "write it quoted, one of: " + ", ".join(f'"{c}"' for c in choices), value=value)
+
+    return run
+
+
+def _as_number(text: str) -> float | None:
+    return float(text) if re.fullmatch(r"[0-9]+(\.[0-9]*)?", text) else None
 
 
 def opt(default: Any, doc: str, *, choices: tuple | None = None, check: Check | None = None, ge: int | None = None, le: int | None = None) -> Any:
@@ -169,6 +194,8 @@ def opt(default: Any, doc: str, *, choices: tuple | None = None, check: Check | 
         info = Field(default_factory=lambda d=default: d, **kwargs)
     else:
         info = Field(default, **kwargs)
+    if choices is not None and all(isinstance(c, str) for c in choices):
+        info.metadata.append(BeforeValidator(_unquoted_number(choices)))
     if choices is not None or check is not None:
         info.metadata.append(AfterValidator(_field_check(choices, check)))
     info.metadata.append(_Choices(choices))
@@ -184,16 +211,17 @@ class _Choices:
 
 def _schema_extra(extra: dict[str, Any], top: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
     """Put the constraints where they apply: on a list's items, beside ``null`` for optionals;
-    ``top`` (a list default: a factory's value pydantic leaves out) on the field itself."""
+    ``top`` (a list default: a factory's value pydantic leaves out) and a list's ``minItems`` on the field itself."""
 
     def apply(schema: dict[str, Any]) -> None:
         schema.update(top)
         target = schema
         if schema.get("type") == "array":
+            schema.update({k: extra[k] for k in ("minItems",) if k in extra})
             target = schema.setdefault("items", {})
         elif "anyOf" in schema:
             target = next((s for s in schema["anyOf"] if s.get("type") != "null"), schema)
-        target.update(extra)
+        target.update({k: v for k, v in extra.items() if k != "minItems" or target is schema})
 
     return apply
 

@@ -58,3 +58,14 @@ def strings_in(value: Any) -> list[str]:
         return [s for v in value for s in strings_in(v)]
     return []
 
+
+
+OFFLINE_SECRET = "[secret]"
+"""What the offline render (tools/mock_config.py) hands the program for a ``secure:`` config value,
+whose ciphertext only the Pulumi CLI decrypts: a secret whose value is unknown there. Value checks
+pass it by (Pulumi's preview judges the real value); the program registers it as an unknown secret
+(infra/project_config.py ``config_secret``), as ``pulumi preview`` shows a value it cannot know."""
+
+
+def offline_secret(value: Any) -> bool:
+    return isinstance(value, str) and value == OFFLINE_SECRET

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, cast
 
 from pydantic import Field
@@ -96,7 +96,7 @@ from config.job_models import (  # noqa: F401
     hf_uri,
     system_namespaces,
 )
-from config.portal_models import PortalSettings, portal_rules
+from config.portal_models import PortalSettings, plain_secret_problems, portal_rules
 from config.schema import UNSHOWN, ConfigError, ConfigErrors, Section, problems_of, repaired_section, unknown_key_hint, validate_section
 from config.team_models import DOWNLOAD_MIB_PER_S, LOG_RETENTION_DAYS, NODE_LAUNCH_MINUTES, KueueSettings, ObservabilitySettings, SmokeChecksSettings, TenantSettings, TenantsSettings, duration_seconds  # noqa: F401
 
@@ -172,9 +172,13 @@ def start_minutes_for(jobs: Iterable[JobBase]) -> int:
     return NODE_LAUNCH_MINUTES + math.ceil(2 * download * 1024 / DOWNLOAD_MIB_PER_S / 60)
 
 
-def load_settings(raw: Mapping[str, Any], *, stack: str, region: str) -> Settings:
-    """Validate the whole project config; raise one ConfigErrors listing every problem."""
+def load_settings(raw: Mapping[str, Any], *, stack: str, region: str, secret_keys: Collection[str] | None = None) -> Settings:
+    """Validate the whole project config; raise one ConfigErrors listing every problem.
+    ``secret_keys``: the top-level keys Pulumi holds as secrets (infra/project_config.py
+    secret_config_keys); given, a secret in plain text is refused (None: not known, not judged)."""
     errors: list[ConfigError] = []
+    if secret_keys is not None:
+        errors += plain_secret_problems(raw.get("portal"), "portal" in secret_keys)
     is_region = aws_facts.is_region(region or "")
     if not is_region:
         close = difflib.get_close_matches(region or "", aws_facts.all_regions(), n=1)
@@ -193,9 +197,9 @@ def load_settings(raw: Mapping[str, Any], *, stack: str, region: str) -> Setting
         if obj is None and found:
             obj = repaired_section(cls, raw.get(key))  # its invalid values left at their defaults
             if obj is not None:  # the section's own rules on the values that parsed (not on what was reported,
-                # nor beside a misspelt key, whose value the rule would miss)
-                misspelt = {r.key.rsplit(".", 1)[0] for r in found if r.allowed.startswith("unknown key")}
-                errors += [e for e in problems_of(obj, key) if not any(_same_or_within(e.key, r.key) for r in found) and e.key.rsplit(".", 1)[0] not in misspelt]
+                # nor beside a refused or misspelt key, whose value the rule would read as its default or miss)
+                beside = {r.key.rsplit(".", 1)[0] for r in found}
+                errors += [e for e in problems_of(obj, key) if not any(_same_or_within(e.key, r.key) for r in found) and e.key.rsplit(".", 1)[0] not in beside]
         sections[_SECTION_ATTR[key]] = obj if obj is not None else cls()
         if obj is not None:
             usable.add(key)

@@ -1,14 +1,19 @@
 """Load stack files (``Pulumi.<stack>.yaml``) strictly: :func:`load_stack_file`. (The running
-program reads its config through Pulumi: ``infra/project_config.py``.)"""
+program reads its config through Pulumi: ``infra/project_config.py``.)
+
+The YAML is read as Pulumi's CLI reads it (gopkg.in/yaml.v3: :mod:`config.go_yaml`), and a config
+key is named as the CLI names it (:func:`config_key`)."""
 
 from __future__ import annotations
 
 import difflib
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
 
+from config.go_yaml import GoYamlLoader, GoYamlRefused
 from config.schema import PROJECT
 
 # --- Stack files (Pulumi.<stack>.yaml) read the way the CLI would refuse them -------------------
@@ -29,23 +34,30 @@ class _DuplicateKeyError(Exception):
         self.line = line
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last silently)."""
+class _StrictLoader(GoYamlLoader):
+    """The CLI's reader (yaml.v3), which refuses a key given twice in one mapping (PyYAML keeps the
+    last silently), comparing keys by their text as yaml.v3 does (``1`` and ``"1"`` are one key), and
+    a key that is not a string, which the CLI refuses ("expected only string keys":
+    sdk/go/common/workspace/project.go SimplifyMarshalledValue)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
+        seen: set[str] = set()
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":  # '<<' merges may be overridden
                 continue
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise GoYamlRefused("a mapping or list as a key; Pulumi takes only string keys", key_node)
+            if key_node.value in seen:
+                raise _DuplicateKeyError(key_node.value, key_node.start_mark.line + 1)
+            seen.add(key_node.value)
             key = self.construct_object(key_node, deep=True)
-            try:
-                duplicate = key in seen
-            except TypeError:  # unhashable key: the base class reports it
-                continue
-            if duplicate:
-                raise _DuplicateKeyError(key, key_node.start_mark.line + 1)
-            seen.add(key)
+            if not isinstance(key, str):
+                raise GoYamlRefused(f"the key {key_node.value} is read as a {_kind(key)}, and Pulumi takes only string keys; quote it: \"{key_node.value}\"", key_node)
         return super().construct_mapping(node, deep=deep)
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else {bool: "boolean", int: "number", float: "number"}.get(type(value), type(value).__name__)
 
 
 # A stack file is a few hundred values. YAML aliases let a few lines stand for billions of them
@@ -119,6 +131,8 @@ def load_stack_file(path: str | os.PathLike[str], project: str = PROJECT) -> dic
         data = loader.construct_document(node) if node is not None else None
     except _DuplicateKeyError as dup:
         raise StackFileError(f"{name}:{dup.line}: duplicate key {str(dup.key)!r}") from None
+    except GoYamlRefused as err:
+        raise StackFileError(f"{name}:{err.problem_mark.line + 1 if err.problem_mark else '?'}: {_one_line(err.problem)}") from None
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = f"{name}:{mark.line + 1}" if mark is not None else name
@@ -133,18 +147,69 @@ def load_stack_file(path: str | os.PathLike[str], project: str = PROJECT) -> dic
         return {}
     if not isinstance(data, dict):
         raise StackFileError(f"{name}:{node.start_mark.line + 1}: the top level must be a mapping (config:, ...), not a {type(data).__name__}")
-    config_key, config_node = next(((k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == "config"), (None, None))
+    config_name, config_node = next(((k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == "config"), (None, None))
     config = data.get("config")
-    if config is None or config_key is None or config_node is None:
+    if config is None or config_name is None or config_node is None:
         return data
     if not isinstance(config, dict):
         raise StackFileError(f"{name}:{config_node.start_mark.line + 1}: 'config' must be a mapping of keys to values, not a {type(config).__name__}")
-    for key_node, _ in config_node.value:
-        key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
-        if not isinstance(key, str) or ":" not in key:
+    lines = {key_node.value: key_node.start_mark.line + 1 for key_node, _ in config_node.value}
+    for key, line in lines.items():
+        if ":" not in key:
             continue  # no namespace: Pulumi puts it in the project's
         namespace = key.split(":", 1)[0]
         suggestion = namespace_suggestion(namespace, project)
         if suggestion:
-            raise StackFileError(f"{name}:{key_node.start_mark.line + 1}: unknown config namespace {namespace!r} in {key!r}; did you mean {suggestion!r}?")
+            raise StackFileError(f"{name}:{line}: unknown config namespace {namespace!r} in {key!r}; did you mean {suggestion!r}?")
+    try:
+        namespaced_config(config, project)
+    except StackFileError as err:
+        raise StackFileError(f"{name}:{lines.get(getattr(err, 'key', None), node.start_mark.line + 1)}: {err}") from None
     return data
+
+
+# --- config keys as the CLI names them ------------------------------------------------------------
+
+
+class ConfigKeyError(StackFileError):
+    """A config key the CLI refuses, or one key given in two forms; ``key`` is the one named last."""
+
+    def __init__(self, message: str, key: str):
+        super().__init__(message)
+        self.key = key
+
+
+def config_key(key: str, project: str = PROJECT) -> str | None:
+    """The full name (``<namespace>:<name>``) the CLI gives a stack file's config key, None where
+    it refuses it. Pulumi (sdk/go/common/workspace/loaders.go stackConfigNamespacedWithProject,
+    sdk/go/common/resource/config/key.go ParseKey): a key without ``:`` is the project's
+    (``portal`` is ``training-platform:portal``); ``<namespace>:<name>`` as it is; the old
+    ``<namespace>:config:<name>`` is ``<namespace>:<name>``; any other key is refused."""
+    parts = key.split(":")
+    if len(parts) == 1:
+        return f"{project}:{key}"
+    if len(parts) == 2:
+        return key
+    if len(parts) == 3 and parts[1] == "config" and parts[0] and parts[2]:
+        return f"{parts[0]}:{parts[2]}"
+    return None
+
+
+def namespaced_config(config: Mapping[str, Any], project: str = PROJECT) -> dict[str, Any]:
+    """``config`` with every key by its full name. The same key in two forms (``portal`` and
+    ``training-platform:portal``) is refused: the CLI keeps one of them, whichever its Go map
+    iteration (random) puts last (loaders.go, ``modifiedConfig[namespacedKey] = value``; map.go
+    ``Map.UnmarshalYAML``, ``newMap[pk] = v``)."""
+    out: dict[str, Any] = {}
+    given: dict[str, str] = {}
+    for key, value in config.items():
+        full = config_key(str(key), project)
+        if full is None:
+            raise ConfigKeyError(f"{str(key)!r} is not a config key; Pulumi takes <namespace>:<name> (or a name alone, in the project's namespace)", str(key))
+        if full in given:
+            raise ConfigKeyError(
+                f"{given[full]!r} and {str(key)!r} are the same config key {full!r}; Pulumi would keep either one (Go's random map order): keep one of them", str(key)
+            )
+        given[full] = str(key)
+        out[full] = value
+    return out

@@ -12,6 +12,7 @@ from pulumi.runtime import mocks as runtime_mocks
 from pulumi.runtime import settings as runtime_settings
 
 from config.schema import PROJECT, ConfigError, ConfigErrors
+from config.secrets import offline_secret
 from config.stack_file import namespace_suggestion
 
 
@@ -47,6 +48,26 @@ def _decode(value: Any) -> Any:
             except json.JSONDecodeError:
                 return value
     return value
+
+
+def secret_config_keys(project: str = PROJECT) -> set[str]:
+    """The project's top-level config keys (without the prefix) whose values Pulumi holds as
+    secrets: those with a ``secure:`` value anywhere in them (the CLI's config.Map SecureKeys)."""
+    keys = runtime_config._SECRET_KEYS.get() | set(runtime_config.get_config_secret_keys_env())
+    return {k.partition(":")[2] for k in keys if k.partition(":")[0] == project}
+
+
+async def _given(value: Any) -> Any:
+    return value
+
+
+def config_secret(value: str) -> pulumi.Output[str]:
+    """A config value that is a secret, as a secret Output. Offline, a ``secure:`` value the render
+    cannot decrypt (config.secrets.OFFLINE_SECRET) is an unknown secret, as ``pulumi preview``
+    shows a value it does not know; the plan masks it."""
+    if offline_secret(value) and offline_render():
+        return pulumi.Output(set(), _given(None), _given(False), _given(True))
+    return pulumi.Output.secret(value)
 
 
 def aws_region() -> str:

@@ -20,6 +20,7 @@ import pulumi_aws as aws
 import versions
 from config.labels import NODE_ROLE_LABEL
 from config.names import ECR_REPOSITORY
+from infra.project_config import config_secret
 from infra.registry import PLATFORM, _repository, content_tag, context_modes, pushed_image, repository_name
 from k8s import helm
 from k8s.builders import portal as mp
@@ -142,7 +143,7 @@ class Portal(pulumi.ComponentResource):
         objs += mp.oidc_secret_readers(auto_mode=not self_managed, controller_namespace=ALB_CONTROLLER_NAMESPACE, controller_service_account=ALB_CONTROLLER_SERVICE_ACCOUNT)
         made = [apply_manifest(m, in_ns) for m in objs]
         # the client secret: a Pulumi secret in the state (the Secret's stringData marked so)
-        made.append(apply_manifest(mp.oidc_secret(portal.client_id, portal.client_secret), pulumi.ResourceOptions.merge(in_ns, pulumi.ResourceOptions(additional_secret_outputs=["stringData", "data"]))))
+        made.append(apply_manifest(mp.oidc_secret(portal.client_id, config_secret(portal.client_secret or "")), pulumi.ResourceOptions.merge(in_ns, pulumi.ResourceOptions(additional_secret_outputs=["stringData", "data"]))))
         deployment = apply_manifest(mp.deployment(self.image_ref, config_hash), pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[ns, *made, *serves]))
         for m in mp.ingresses(portal, lb_name=lb_name):
             apply_manifest(m, pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[ns, deployment, *made, *serves]))

@@ -9,8 +9,8 @@ import pathlib
 import sys
 
 import pytest
-import yaml
 
+from config import go_yaml
 from tools import validate as schema_validation
 from tools.mock_runtime import ProgramRun, run_program
 from tools.render import manifests
@@ -52,7 +52,7 @@ def _inductor_cache_of_this_run(tmp_path_factory: pytest.TempPathFactory):
 
 
 def stack_file(stack: str) -> dict:
-    return yaml.safe_load((PROJECT / f"Pulumi.{stack}.yaml").read_text())
+    return go_yaml.load((PROJECT / f"Pulumi.{stack}.yaml").read_text())  # as Pulumi's CLI reads it
 
 
 def merge(base: dict, overrides: dict) -> dict:

@@ -5,9 +5,8 @@ import json
 
 import jsonschema
 import pytest
-import yaml
 
-from config import aws_facts
+from config import aws_facts, go_yaml
 from config.schema import ConfigError, ConfigErrors
 from config.settings import DdpJobSettings, EfaSettings, FsdpJobSettings, JobSettings, TrainerSettings, load_settings
 from tests.conftest import PROJECT, dev_config, stack_file
@@ -246,7 +245,7 @@ def _validator():
 def test_every_stack_file_validates_against_the_schema_and_names_it(stack):
     text = (PROJECT / f"Pulumi.{stack}.yaml").read_text()
     assert text.splitlines()[0] == "# yaml-language-server: $schema=./schema/stack-config.schema.json"
-    assert [e.message for e in _validator().iter_errors(yaml.safe_load(text))] == []
+    assert [e.message for e in _validator().iter_errors(go_yaml.load(text))] == []  # read as Pulumi reads it
 
 
 def test_the_schema_refuses_what_the_models_refuse():

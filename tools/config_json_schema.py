@@ -36,6 +36,10 @@ def _untitled(node: Any) -> Any:
 def schema() -> dict[str, Any]:
     models = _untitled(StackConfig.model_json_schema(by_alias=True, ref_template="#/$defs/{model}"))
     sections = {f"{PROJECT}:{key}": spec for key, spec in models["properties"].items()}
+    # Pulumi puts a key without a namespace in the project's (``network`` is ``training-platform:network``),
+    # and keeps one of the two at random when both are given: one form per key (config/stack_file.py config_key)
+    bare = {key: {**spec, "description": f"{spec.get('description', key)} (the same as {PROJECT}:{key}; give one of the two)"} for key, spec in models["properties"].items()}
+    one_form = {key: {"not": {"required": [f"{PROJECT}:{key}"]}} for key in models["properties"]}
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": f"{PROJECT} stack file (Pulumi.<stack>.yaml)",
@@ -49,7 +53,9 @@ def schema() -> dict[str, Any]:
                     # not required: like the AWS provider, the program falls back to AWS_REGION
                     "aws:region": {"description": "the AWS region to deploy to (any of pulumi_aws.Region; config/aws_facts.yaml adds zones and GPU offers for some); unset = $AWS_REGION", "enum": list(aws_facts.all_regions())},
                     **sections,
+                    **bare,
                 },
+                "dependentSchemas": one_form,
                 # any other provider's namespace; a training-platform key that is not a section is an error
                 "patternProperties": {f"^(?!{PROJECT}:)[A-Za-z0-9][A-Za-z0-9_.-]*:.+$": {}},
                 "additionalProperties": False,

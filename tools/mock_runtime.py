@@ -36,9 +36,10 @@ from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 from config import aws_facts
-from config.stack_file import StackFileError, load_stack_file
+from config.stack_file import load_stack_file
 from tools import stack_refs
 from tools.mock_account import ACCOUNT, AccountState
+from tools.mock_config import config_map as _config_map
 
 UNKNOWN = rpc.UNKNOWN
 SECRET_MASK = "[secret]"
@@ -390,40 +391,6 @@ class ProgramRun:
         if len(found) != 1:
             raise LookupError(f"expected one {typ} {name or ''}, found {len(found)}")
         return found[0]
-
-
-def _secure_paths(path: str, value: Any) -> list[str]:
-    """Where ``value`` holds a Pulumi secure value (``{secure: <ciphertext>}``), as key paths."""
-    if isinstance(value, dict):
-        if set(value) == {"secure"}:
-            return [path]
-        return [p for k, v in value.items() for p in _secure_paths(f"{path}.{k}", v)]
-    if isinstance(value, list):
-        return [p for i, v in enumerate(value) for p in _secure_paths(f"{path}[{i}]", v)]
-    return []
-
-
-def _config_map(project: str, project_file: dict, stack_file: dict) -> tuple[dict[str, str], list[str]]:
-    """Project defaults from Pulumi.yaml, then the stack file, as the CLI hands them over."""
-    config: dict[str, Any] = {}
-    for key, decl in (project_file.get("config") or {}).items():
-        full = key if ":" in key else f"{project}:{key}"
-        if isinstance(decl, dict) and "default" in decl:
-            config[full] = decl["default"]
-        elif isinstance(decl, dict) and "value" in decl:
-            config[full] = decl["value"]
-    secure = [path for key, value in (stack_file.get("config") or {}).items() for path in _secure_paths(key if ":" in key else f"{project}:{key}", value)]
-    if secure:
-        # values set with `pulumi config set --secret` (a whole key or a leaf inside one) are
-        # ciphertext only the Pulumi CLI decrypts: nothing here can, so no plan is made from them
-        raise StackFileError(
-            f"cannot decrypt the secure values of {', '.join(secure)} offline (set with pulumi config set --secret; "
-            "pulumi up and preview decrypt them): render a copy of the stack file with plain test values there"
-        )
-    for key, value in (stack_file.get("config") or {}).items():
-        config[key if ":" in key else f"{project}:{key}"] = value
-    as_strings = {k: v if isinstance(v, str) else json.dumps(v) for k, v in config.items()}
-    return as_strings, []
 
 
 def _project_file(project_dir: str) -> tuple[str, dict]:

@@ -22,7 +22,9 @@ TEAM_GROUPS = {"vision": "vision-devs", "nlp": "nlp-devs"}
 PORTAL = {
     "enabled": True, "host": "portal.example.com", "certificateArn": "arn:aws:acm:us-west-2:123456789012:certificate/12345678-1234-1234-1234-123456789012",
     "issuer": "https://idp.example.com", "authorizationEndpoint": "https://idp.example.com/authorize", "tokenEndpoint": "https://idp.example.com/token",
-    "userInfoEndpoint": "https://idp.example.com/userinfo", "clientId": "portal", "clientSecret": "plain-in-tests",  # offline renders refuse Pulumi secure values
+    "userInfoEndpoint": "https://idp.example.com/userinfo", "clientId": "portal",
+    # as `pulumi config set --secret --path` writes it: offline an unknown secret (tools/mock_config.py), masked in the plan
+    "clientSecret": {"secure": "v1:dGVzdC1jaXBoZXJ0ZXh0LW5vdC1hLXNlY3JldA=="},
     "teams": {team: {"groups": [group]} for team, group in TEAM_GROUPS.items()},
 }
 KEY = ec.generate_private_key(ec.SECP256R1())
