@@ -296,16 +296,13 @@ def with_launcher(bundle: CodeBundle) -> CodeBundle:
 
 
 def default_name(bundle: CodeBundle, num_nodes: int = 1) -> str:
-    """The code directory's name as a TrainJob name (an RFC 1035 label: lowercase, runs of other
-    characters as one ``-``, a letter first; ``job`` when nothing is left), shortened with a hash
-    of the whole when it is longer than a job of ``num_nodes`` nodes may be named
-    (:func:`config.trainjob_names.name_max`).
+    """The code directory's name as a TrainJob name (:func:`config.trainjob_names.label_from`: an
+    RFC 1035 label, a hash of the name added when it has characters a label cannot spell, ``job``
+    when nothing is left), shortened with a hash of the whole when it is longer than a job of
+    ``num_nodes`` nodes may be named (:func:`config.trainjob_names.name_max`).
     Not the code's hash: a fixed job keeps its name, so its checkpoint directory
     ``/mnt/checkpoints/<name>`` (:data:`tj.CHECKPOINT_DIR_ENV`) and resumes from it."""
-    base = re.sub(r"[^a-z0-9-]+", "-", bundle.root.resolve().name.lower())
-    base = re.sub(r"^[^a-z]+", "", base)
-    base = re.sub(r"-+", "-", base).strip("-")
-    return trainjob_names.fit_name(base, trainjob_names.name_max(max(num_nodes, 1))) if base else "job"
+    return trainjob_names.label_from(bundle.root.resolve().name, trainjob_names.name_max(max(num_nodes, 1)))
 
 
 def dependencies(req: Request, bundle: CodeBundle) -> tj.Dependencies | None:
