@@ -86,6 +86,7 @@ _PREFIXED = re.compile(
 # 32 or more hex digits (an MD5-sized key and up: W&B's 40, a 64-digit secret) unless a digest says what it is
 _LONG_HEX = re.compile(r"(?<![0-9A-Za-z])(?<!sha1:)(?<!sha256:)(?<!sha512:)(?<!md5:)[0-9a-fA-F]{32,}(?![0-9A-Za-z])")
 DIGEST_WORDS = frozenset({"sha", "sha1", "sha256", "sha512", "md5", "hash", "digest", "checksum", "commit", "revision", "rev", "etag", "oid"})
+_HEX_RUN = re.compile(r"[0-9a-fA-F]{32,}")
 _RUN = re.compile(r"[A-Za-z0-9+/_=-]{24,}")  # base64 and base64url characters
 
 
@@ -127,9 +128,10 @@ def secret_shape(value: str, name: str = "") -> str | None:
     """What makes ``value`` look like a credential, or None: a known token's shape, a URL with a
     password or a token parameter, a long hex string (not when ``name`` says it is a digest), a
     random-looking base64 token. The reason never holds the value."""
-    if _SECRET_VALUE.search(value) or _PREFIXED.search(value):
+    digest = bool(DIGEST_WORDS & set(words(name)))  # GIT_COMMIT, MODEL_SHA256: its hex is what the name says
+    if _SECRET_VALUE.search(_HEX_RUN.sub("", value) if digest else value) or _PREFIXED.search(value):
         return "it has the shape of a token, key or password (a known token format, a private key, or a URL with a password or a token parameter)"
-    if _LONG_HEX.search(value) and not DIGEST_WORDS & set(words(name)):
+    if _LONG_HEX.search(value) and not digest:
         return "it holds a long hex string (32 or more hex digits), the shape of an API key"
     if any(_high_entropy(m.group()) for m in _RUN.finditer(value)):
         return "it holds a random-looking base64 string, the shape of a token"
