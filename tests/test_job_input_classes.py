@@ -32,11 +32,11 @@ TOKEN = "ghp_" + "a1B2c3D4e5F6g7H8i9J0kLmNoPqR"  # a GitHub token's shape
 HEX96 = "0123456789abcdef" * 6
 PASSWORD = "hunter2hunter2"
 # a bad job env: a name the start depends on, a credential by name, one by shape, a Secret key '..'
-BAD_ENV = {"PATH": "/nonexistent", "LD_PRELOAD": "/tmp/x.so", "PYTHONHOME": "/opt/nothing", "DB_PASS": PASSWORD, "SEED": HEX96}
+BAD_ENV = {"PATH": "/nonexistent", "LD_PRELOAD": "/opt/evil/x.so", "PYTHONHOME": "/opt/nothing", "DB_PASS": PASSWORD, "SEED": HEX96}
 BAD_SECRET_ENV = {"K": "wandb/.."}
 EXPECTED = {("env", "PATH", "the job's start depends on it"), ("env", "LD_PRELOAD", "the job's start depends on it"), ("env", "PYTHONHOME", "the job's start depends on it"),
             ("env", "DB_PASS", "the value looks like a secret"), ("env", "SEED", "the value looks like a secret"), ("secretEnv", "K", "not a Secret reference")}
-VALUES = (PASSWORD, HEX96, "/nonexistent", "/tmp/x.so", "/opt/nothing")
+VALUES = (PASSWORD, HEX96, "/nonexistent", "/opt/evil/x.so", "/opt/nothing")
 
 
 def _unshown(text: str) -> None:
