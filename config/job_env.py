@@ -17,13 +17,29 @@ Rules:
   of ``spec.trainer.env`` into container ``node``), so a job could silently undo what the platform
   relies on. The runtime's defaults ``NCCL_DEBUG`` (WARN) and ``PYTHONUNBUFFERED`` are a job's to
   change: :data:`OVERRIDABLE`;
-* a plain value that looks like a credential (``config.secrets.looks_secret``: a token-shaped
-  value, or a name such as ``WANDB_API_KEY``) is refused: a TrainJob's env is stored in plain text
+* not a name the container's start depends on (:data:`START_NAMES`, :data:`START_PREFIXES`): the
+  container runtime finds the command through ``PATH``, the dynamic loader reads ``LD_*`` and
+  ``GLIBC_TUNABLES`` before any program runs (ld.so(8), ENVIRONMENT), the interpreter reads the
+  ``PYTHON*`` names before the launcher (Python docs, "Command line and environment":
+  ``PYTHONHOME``, ``PYTHONPATH``, ``PYTHONSTARTUP``, ...; the switches of :data:`PYTHON_SWITCHES`
+  change no path and stay a job's), torchrun starts one worker per GPU the device plugin gave
+  (``CUDA_VISIBLE_DEVICES``) and trainctl's local mode marks a job's processes (``TRAINCTL_*``).
+  A job's entry replaces the image's, so ``PATH=/nonexistent`` is a container that never starts;
+* a plain value that looks like a credential is refused, by its name (:func:`config.secrets.name_says_secret`:
+  a word of the name such as ``PASS``, ``PASSWORD``, ``SECRET``, ``TOKEN``, ``KEY``, ``CREDENTIALS``)
+  or by its shape (:func:`config.secrets.secret_shape`: known token prefixes, long hex strings,
+  random-looking base64 strings, URLs with a password): a TrainJob's env is stored in plain text
   and anyone who can read the job sees it. Such a value goes into a Secret (``trainctl secret
   set``), and the job names it in ``secretEnv``;
 * a Secret reference is ``<secret>/<key>``: the Secret's name a DNS subdomain (Kubernetes API
-  conventions), the key of ``-``, ``_``, ``.``, letters and digits (k8s.io/apimachinery v0.34
-  ``IsConfigMapKey``, which Secret keys follow), each at most 253 characters.
+  conventions), the key by :func:`secret_key_problem` (``trainctl secret set``'s rule: ``-``,
+  ``_``, ``.``, letters and digits, not ``.`` or ``..``: k8s.io/apimachinery v0.34
+  ``IsConfigMapKey``, which Secret keys follow), each at most 253 characters;
+* a run on this machine (``trainctl submit --local``, ``trainctl ui --local``) has no Secrets:
+  ``secretEnv`` is refused there (``problems(..., local=True)``).
+
+Every entry point (the stack's ``trainjobs`` and TrainJob stacks through ``JobBase.problems``,
+trainctl's submit in both modes, the portal's API in both modes) calls :func:`problems`.
 """
 
 from __future__ import annotations
@@ -31,7 +47,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-from config.secrets import looks_secret
+from config.secrets import named_secret_value, secret_shape
 
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$", re.ASCII)
 SECRET_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$", re.ASCII)
@@ -66,6 +82,20 @@ RESERVED_PREFIXES: dict[str, str] = {
     # k8s/builders/admission.py NVIDIA_ENV_PREFIX: the team admission policy refuses them too
     "NVIDIA_": "the NVIDIA container toolkit reads them (NVIDIA_VISIBLE_DEVICES=all would expose every GPU of the node); a team's job may not set them",
 }
+# What the container's start depends on (see the module's docstring)
+_LOADER = "the dynamic loader reads it before any program of the container runs (ld.so(8), ENVIRONMENT): a wrong value stops python3, CUDA or NCCL from loading; put libraries into an image (--image)"
+START_NAMES: dict[str, str] = {
+    "PATH": "the container runtime finds the command (python3, the platform's launcher) through it and the launcher finds torchrun: a job's PATH replaces the image's and the job cannot start",
+    "GLIBC_TUNABLES": _LOADER,
+    "CUDA_VISIBLE_DEVICES": "the NVIDIA device plugin gives the container its GPUs and torchrun starts one worker per GPU (LOCAL_RANK picks it): hiding some fails the launcher's GPU check or the workers; allowed: --gpus-per-node",
+}
+START_PREFIXES: dict[str, str] = {
+    "LD_": _LOADER + " (LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT, ...)",
+    "PYTHON": "the Python interpreter reads it before the platform's launcher runs (PYTHONHOME, PYTHONPATH, PYTHONSTARTUP, ...: where Python and its modules are found; the launcher puts the code's requirements.txt first on PYTHONPATH)",
+    "TRAINCTL_": "trainctl's local mode marks every process of a job with TRAINCTL_LOCAL_JOB (how trainctl delete --local finds them)",
+}
+PYTHON_SWITCHES = ("PYTHONUNBUFFERED", "PYTHONFAULTHANDLER", "PYTHONHASHSEED", "PYTHONWARNINGS", "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING", "PYTHONUTF8", "PYTHONTRACEMALLOC", "PYTHONDEVMODE")
+"""The interpreter's switches that change no path (Python docs, "Environment variables"): a job's to set."""
 OVERRIDABLE = ("NCCL_DEBUG", "PYTHONUNBUFFERED")
 """Runtime env a job may change (k8s/builders/runtimes.py BASE_ENV): a job's entry replaces the runtime's."""
 
@@ -73,10 +103,23 @@ SECRET_HINT = "keep the value in a Secret (trainctl secret set NAME KEY=@FILE) a
 
 
 def reserved_why(name: str) -> str | None:
-    """Why ``name`` is not a job's to set, or None."""
+    """Why ``name`` is not a job's to set (the platform, the Trainer or torchrun sets it), or None."""
     if name in RESERVED_NAMES:
         return RESERVED_NAMES[name]
     return next((why for prefix, why in RESERVED_PREFIXES.items() if name.startswith(prefix)), None)
+
+
+def start_why(name: str) -> str | None:
+    """Why ``name`` is one the container's start depends on (the runtime, the loader, Python,
+    torchrun, trainctl's local mode), or None."""
+    if name in START_NAMES:
+        return START_NAMES[name]
+    if name in PYTHON_SWITCHES:
+        return None
+    why = next((why for prefix, why in START_PREFIXES.items() if name.startswith(prefix)), None)
+    if why is not None and name.startswith("PYTHON"):
+        why += f"; allowed: the switches {', '.join(PYTHON_SWITCHES)}"
+    return why
 
 
 def name_problem(name: str) -> str | None:
@@ -84,42 +127,74 @@ def name_problem(name: str) -> str | None:
     if not ENV_NAME_RE.fullmatch(name) or len(name) > NAME_MAX:
         return f"not a variable name; allowed: a letter or _, then letters, digits and _ (at most {NAME_MAX} characters)"
     why = reserved_why(name)
-    return f"set by the platform: {why}; allowed: another name" if why else None
+    if why:
+        return f"set by the platform: {why}; allowed: another name"
+    why = start_why(name)
+    return f"the job's start depends on it: {why}; allowed: another name" if why else None
+
+
+def value_problem(name: str, value: str) -> str | None:
+    """Why the plain value of ``name`` looks like a credential (by the name or by its shape), or
+    None; the line never holds the value."""
+    shape = secret_shape(value, name)
+    if shape is None and not named_secret_value(name, value):
+        return None
+    why = shape or "the name says it is a credential (a password, secret, token or key)"
+    return f"the value looks like a secret: {why}; a TrainJob's env is stored in plain text, readable by anyone who can read the job; {SECRET_HINT}"
 
 
 def secret_ref(text: str) -> tuple[str, str] | None:
     """``<secret>/<key>`` as (secret, key), or None when it is not one."""
     secret, sep, key = text.partition("/")
-    if not sep or not SECRET_NAME_RE.fullmatch(secret) or len(secret) > NAME_MAX or not SECRET_KEY_RE.fullmatch(key) or len(key) > NAME_MAX:
+    if not sep or not SECRET_NAME_RE.fullmatch(secret) or len(secret) > NAME_MAX or secret_key_problem(key) is not None:
         return None
     return secret, key
 
 
-SECRET_REF_ALLOWED = "allowed: SECRET/KEY, a Secret of the job's namespace (a DNS subdomain such as wandb) and one of its keys (letters, digits, '-', '_', '.'), such as wandb/api-key"
+SECRET_REF_ALLOWED = "allowed: SECRET/KEY, a Secret of the job's namespace (a DNS subdomain such as wandb) and one of its keys (letters, digits, '-', '_', '.', not . or ..), such as wandb/api-key"
+LOCAL_SECRET_ENV = (
+    "a run on this machine reads no cluster Secrets; it inherits the environment of the shell that runs trainctl: "
+    "export the variable there (or leave it out); nothing was started"
+)
 
 
 def secret_key_problem(key: str) -> str | None:
     """Why ``key`` is not a Secret's data key, or None."""
     if SECRET_KEY_RE.fullmatch(key) and len(key) <= NAME_MAX and key not in (".", ".."):
         return None
-    return f"allowed: letters, digits, '-', '_' and '.' (at most {NAME_MAX} characters)"
+    return f"allowed: letters, digits, '-', '_' and '.', not . or .. (at most {NAME_MAX} characters)"
 
 
-def problems(env: Mapping[str, str], secret_env: Mapping[str, str]) -> list[tuple[str, str, str]]:
-    """(``env`` or ``secretEnv``, variable name, problem) for every problem of a job's env; no value is shown."""
-    found: list[tuple[str, str, str]] = []
+def problems(env: Mapping[str, str], secret_env: Mapping[str, str], *, local: bool = False) -> list[tuple[str, str, str]]:
+    """(``env`` or ``secretEnv``, variable name, problem) for every problem of a job's env; no
+    value is shown. ``local``: a run on this machine, which has no Secrets (one line, name ``""``,
+    first)."""
+    found: list[tuple[str, str, str]] = [("secretEnv", "", LOCAL_SECRET_ENV)] if local and secret_env else []
     for which, items in (("env", env), ("secretEnv", secret_env)):
         for name, value in items.items():
             why = name_problem(name)
             if why is not None:
                 found.append((which, name, why))
-            if which == "env" and value and looks_secret(name, value):
-                found.append((which, name, f"the value looks like a secret (a token, key or password): a TrainJob's env is stored in plain text, readable by anyone who can read the job; {SECRET_HINT}"))
+            if secret_shape(name) is not None:  # a value given as the name (a token pasted without NAME=): never shown
+                found = [(w, shown_name(n), y) for w, n, y in found]
+            if which == "env" and isinstance(value, str) and (why := value_problem(name, value)) is not None:
+                found.append((which, name, why))
             if which == "secretEnv" and secret_ref(value) is None:
                 found.append((which, name, f"not a Secret reference; {SECRET_REF_ALLOWED}"))
     for name in sorted(set(env) & set(secret_env)):
         found.append(("secretEnv", name, "also in env: a variable has one value; allowed: the name in env or secretEnv, not both"))
     return found
+
+
+def lines(env: Mapping[str, str], secret_env: Mapping[str, str], labels: Mapping[str, str], *, local: bool = False) -> list[str]:
+    """:func:`problems` as lines, each ``<label> <name>: <problem>`` with ``labels`` naming ``env``
+    and ``secretEnv`` as the entry point does (``--env``, ``trainjobs.ddp.env``, ...)."""
+    return [f"{labels[which]}{f' {name}' if name else ''}: {why}" for which, name, why in problems(env, secret_env, local=local)]
+
+
+def shown_name(name: str) -> str:
+    """``name`` as a problem line may show it: not when it has the shape of a credential."""
+    return "(a name shaped like a secret, not shown)" if secret_shape(name) is not None else name
 
 
 def parse_assignments(flag: str, items: Iterable[str]) -> tuple[dict[str, str], list[str]]:
@@ -134,7 +209,7 @@ def parse_assignments(flag: str, items: Iterable[str]) -> tuple[dict[str, str], 
             lines.append(f"{flag} {shown}: allowed: NAME={'SECRET/KEY' if 'secret' in flag else 'VALUE'}")
             continue
         if name in out:
-            lines.append(f"{flag} {name}: given twice; allowed: each variable once")
+            lines.append(f"{flag} {shown_name(name)}: given twice; allowed: each variable once")
             continue
         out[name] = value
     return out, lines

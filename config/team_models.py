@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+import unicodedata
 from collections.abc import Iterator
 from typing import ClassVar, Literal
 
@@ -21,10 +23,16 @@ _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", re.ASCII)
 _BUCKET_RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
 _BUCKET_RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
 # A key prefix the role may use: folders of S3's "safe" key characters (S3 User Guide, "Naming Amazon
-# S3 objects": letters, digits and ! - _ . * ' ( )), without '*' (an IAM wildcard: it would widen the
-# grant) and without '$' (IAM policy variables are ${...}); ending with '/', so that data/ grants
-# data/... and not data-old/... as well.
-_S3_PREFIX_RE = re.compile(r"^([A-Za-z0-9!_.'()-]+/)+$", re.ASCII)
+# S3 objects": letters, digits and ! - _ . * ' ( )), without '*' and '?' (IAM wildcards: they would
+# widen the grant) and without '$' (IAM policy variables are ${...}); ending with '/', so that data/
+# grants data/... and not data-old/... as well. S3 keys are UTF-8 (the same page: "any UTF-8
+# character"), so a folder may hold letters, marks and digits of any script (données/, 数据/): the
+# policy document is written with JSON's \u escapes (json.dumps), which keeps it within the
+# characters IAM takes (U+0009, U+000A, U+000D, U+0020 to U+00FF: IAM User Guide, "IAM and AWS STS
+# quotas"), and its length is counted as written there (an escape is six characters), so the
+# role's policy stays within its size limit (S3_GRANTS_MAX).
+_S3_PREFIX_RE = re.compile(r"^([A-Za-z0-9!_.'()\u0080-\uFFFF-]+/)+$")
+_S3_PREFIX_LETTERS = ("L", "M", "N")  # Unicode general categories beyond ASCII: letters, marks, numbers
 S3_PREFIX_MAX = 128
 S3_GRANTS_MAX = 10
 """At most this many grants a team: the worst case (the longest bucket names and prefixes, every grant
@@ -53,10 +61,12 @@ def bucket_problem(name: str) -> str | None:
 def prefix_problem(prefix: str) -> str | None:
     """Why ``prefix`` is not a key prefix a team's role may be granted (None when it is one)."""
     allowed = (
-        f"allowed: a folder of the bucket ending with '/', such as datasets/imagenet/ (letters, digits and ! - _ . ' ( ), "
-        f"at most {S3_PREFIX_MAX} characters, no '*', no '.' or '..' folder); leave prefix out for the whole bucket"
+        f"allowed: a folder of the bucket ending with '/', such as datasets/imagenet/ or données/ (letters and digits of any script, and ! - _ . ' ( ), "
+        f"at most {S3_PREFIX_MAX} characters as the policy writes them (a character beyond ASCII counts 6), no '*', no '.' or '..' folder); leave prefix out for the whole bucket"
     )
-    if len(prefix) > S3_PREFIX_MAX or not _S3_PREFIX_RE.fullmatch(prefix):
+    if not _S3_PREFIX_RE.fullmatch(prefix) or any(not c.isascii() and unicodedata.category(c)[0] not in _S3_PREFIX_LETTERS for c in prefix):
+        return allowed
+    if len(json.dumps(prefix)) - 2 > S3_PREFIX_MAX:
         return allowed
     if any(part in (".", "..") for part in prefix.split("/")):
         return "a folder named '.' or '..' is not a folder S3 has; " + allowed

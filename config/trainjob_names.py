@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 
 LABEL_MAX = 63  # RFC 1035 label: the TrainJob CRD's name rule and the JobSet webhook's pod-name check
 RANDOM_SUFFIX = len("-abcde")  # the webhook's stand-in for the Job controller's random suffix
@@ -63,3 +64,22 @@ def fit_name(base: str, limit: int) -> str:
         return base
     digest = hashlib.sha256(base.encode()).hexdigest()[:8]
     return f"{base[: limit - len(digest) - 1].rstrip('-')}-{digest}"
+
+
+def label_from(text: str, limit: int, default: str = "job") -> str:
+    """A TrainJob name of at most ``limit`` characters derived from ``text`` (a code directory's
+    name), the same for the same name and apart for different ones: lowercase ASCII letters and
+    digits, every run of other characters one ``-``, a letter first (``My_Model.v2`` ->
+    ``my-model-v2``), ``default`` when nothing is left. A name with characters outside ASCII (a
+    non-Latin or accented name, which a label cannot spell) gets a hash of the whole name, in
+    Unicode's composed form (NFC: macOS writes names decomposed), after what is left: ``données``
+    -> ``donn-es-<hash8>``, ``模型`` -> ``job-<hash8>``, so two such directories never share a job,
+    its checkpoints or its resumes. Too long: cut with a hash (:func:`fit_name`)."""
+    name = unicodedata.normalize("NFC", text)
+    base = re.sub(r"[^a-z0-9]+", "-", name.encode("ascii", "replace").decode().replace("?", "-").lower())
+    base = re.sub(r"^[^a-z]+", "", base).strip("-")
+    if name.isascii():
+        return fit_name(base, limit) if base else default
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    head = (base or default)[: limit - len(digest) - 1].rstrip("-")
+    return f"{head}-{digest}"

@@ -11,6 +11,11 @@ ConfigMap keys may hold only letters, digits, ``-``, ``_`` and ``.`` (the API se
 sub-directory is stored under its path with ``/`` written ``__`` and mounted back at its path
 through the volume's ``items``.
 
+A top-level ``requirements.txt`` (what the launcher installs) is judged by
+``config/job_requirements.py``: credentials, index settings and what exists only on this machine
+are refused, a line each, before anything is sent. A file or directory that cannot be read is
+named with the reason (a :class:`CodeError`), never taken for a network failure.
+
 Size: the API server refuses a ConfigMap whose values add up to more than 1 MiB (1048576 bytes):
 ``ValidateConfigMap`` sums ``len(value)`` over ``data`` (the UTF-8 bytes) and ``binaryData`` (the
 decoded bytes) and compares it with ``MaxSecretSize`` = 1 MiB (kubernetes ``pkg/apis/core/
@@ -42,6 +47,8 @@ import os
 import pathlib
 import re
 from dataclasses import dataclass, field
+
+from config import job_requirements
 
 MAX_CONFIGMAP_BYTES = 1024 * 1024
 MAX_OBJECT_BYTES = 1024 * 1024 * 3 // 2  # etcd's default request limit (1.5 MiB)
@@ -94,7 +101,13 @@ def collect(code_dir: str | os.PathLike) -> CodeBundle:
     sizes: dict[str, int] = {}
     keys_bytes = 0
     real_root = root.resolve()
-    for dirpath, dirnames, filenames in os.walk(root):
+
+    def unreadable(err: OSError) -> None:  # os.walk's: a directory it cannot list
+        where = pathlib.Path(err.filename) if err.filename else root
+        rel = where.relative_to(root).as_posix() if where.is_relative_to(root) else str(where)
+        raise CodeError(f"directory {rel!r} of the code dir cannot be read ({err.strerror or err}); make it readable or move it out of the code dir")
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=unreadable):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
         for name in sorted(filenames):
             if name.startswith(".") or name.endswith(".pyc"):
@@ -111,13 +124,19 @@ def collect(code_dir: str | os.PathLike) -> CodeBundle:
                 other = next(r for r, k in paths.items() if k == key)
                 raise CodeError(f"files {other!r} and {rel!r} map to the same ConfigMap key {key!r}; rename one")
             # sizes before contents: a large file is refused without being read
-            sizes[rel] = path.stat().st_size
+            try:
+                sizes[rel] = path.stat().st_size
+            except OSError as err:
+                raise CodeError(f"file {rel!r} of the code dir cannot be read ({err.strerror or err}); make it readable or move it out of the code dir") from None
             keys_bytes += len(key) + 6  # its key in data ("key":"...",), at least
             if sum(sizes.values()) > MAX_CONFIGMAP_BYTES:
                 _too_big(code_dir, sizes)
             if sum(sizes.values()) + keys_bytes > MAX_OBJECT_BYTES:  # before reading thousands more
                 raise CodeError(_too_many(code_dir, len(sizes), sum(sizes.values()) + keys_bytes, "ConfigMap", so_far=True))
-            raw = path.read_bytes()
+            try:
+                raw = path.read_bytes()
+            except OSError as err:
+                raise CodeError(f"file {rel!r} of the code dir cannot be read ({err.strerror or err}); make it readable or move it out of the code dir") from None
             try:
                 content: str | bytes = raw.decode("utf-8")
             except UnicodeDecodeError:
@@ -130,7 +149,21 @@ def collect(code_dir: str | os.PathLike) -> CodeBundle:
         raise CodeError(f"code dir {str(code_dir)!r} holds no files to ship (hidden files, __pycache__ and *.pyc are left out)")
     if size > MAX_CONFIGMAP_BYTES:
         _too_big(code_dir, sizes)
+    found = requirements_problems(files, paths)
+    if found:
+        raise CodeError("\n".join(found))
     return CodeBundle(root=root, files=files, paths=paths, size=size)
+
+
+def requirements_problems(files: dict[str, str | bytes], paths: dict[str, str]) -> list[str]:
+    """The code's top-level requirements.txt (and the shipped files it includes) by
+    ``config/job_requirements.py``: a line per problem, never a line's text."""
+
+    def read(rel: str) -> str | None:
+        content = files.get(paths.get(rel, ""))
+        return content if isinstance(content, str) else None
+
+    return job_requirements.problems(read, set(paths))
 
 
 def _too_big(code_dir: str | os.PathLike, sizes: dict[str, int]) -> None:

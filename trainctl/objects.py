@@ -78,6 +78,7 @@ class Request:
     pip_index_url: str | None = None  # the platform's (published facts); None: PyPI
     pip_extra_index_urls: tuple[str, ...] = ()
     service_account: str | None = None  # the team's jobs' service account (published facts); None: the namespace's default
+    local: bool = False  # a run on this machine (submit --local, ui --local): no cluster Secrets (config/job_env.py)
 
 
 # the job-shape keys of the stack's TrainJob model (config/job_models.py JobBase) as trainctl's flags
@@ -156,10 +157,6 @@ def problems(req: Request) -> list[str]:
 
 
 ENV_FLAGS = {"env": "--env", "secretEnv": "--secret-env"}
-LOCAL_SECRET_ENV = (
-    "--secret-env: a run on this machine reads no cluster Secrets; it inherits the environment of the shell that runs trainctl: "
-    "export the variable there (or leave it out); nothing was started"
-)
 
 
 def env_flags(env: list[str] | None, secret_env: list[str] | None) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...], list[str]]:
@@ -173,7 +170,7 @@ def env_flags(env: list[str] | None, secret_env: list[str] | None) -> tuple[tupl
 def env_problems(req: Request) -> list[str]:
     """The job's --env and --secret-env by the stack's rules (config/job_env.py), a line per
     variable and problem, each naming the flag and the variable, never its value."""
-    return [f"{ENV_FLAGS[which]} {name}: {why}" for which, name, why in job_env.problems(dict(req.env), dict(req.secret_env))]
+    return job_env.lines(dict(req.env), dict(req.secret_env), ENV_FLAGS, local=req.local)
 
 
 def runtime_for(req: Request, found: list[dict]) -> str:
@@ -299,16 +296,13 @@ def with_launcher(bundle: CodeBundle) -> CodeBundle:
 
 
 def default_name(bundle: CodeBundle, num_nodes: int = 1) -> str:
-    """The code directory's name as a TrainJob name (an RFC 1035 label: lowercase, runs of other
-    characters as one ``-``, a letter first; ``job`` when nothing is left), shortened with a hash
-    of the whole when it is longer than a job of ``num_nodes`` nodes may be named
-    (:func:`config.trainjob_names.name_max`).
+    """The code directory's name as a TrainJob name (:func:`config.trainjob_names.label_from`: an
+    RFC 1035 label, a hash of the name added when it has characters a label cannot spell, ``job``
+    when nothing is left), shortened with a hash of the whole when it is longer than a job of
+    ``num_nodes`` nodes may be named (:func:`config.trainjob_names.name_max`).
     Not the code's hash: a fixed job keeps its name, so its checkpoint directory
     ``/mnt/checkpoints/<name>`` (:data:`tj.CHECKPOINT_DIR_ENV`) and resumes from it."""
-    base = re.sub(r"[^a-z0-9-]+", "-", bundle.root.resolve().name.lower())
-    base = re.sub(r"^[^a-z]+", "", base)
-    base = re.sub(r"-+", "-", base).strip("-")
-    return trainjob_names.fit_name(base, trainjob_names.name_max(max(num_nodes, 1))) if base else "job"
+    return trainjob_names.label_from(bundle.root.resolve().name, trainjob_names.name_max(max(num_nodes, 1)))
 
 
 def dependencies(req: Request, bundle: CodeBundle) -> tj.Dependencies | None:

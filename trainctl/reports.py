@@ -43,11 +43,11 @@ def cmd_submit_local(args: argparse.Namespace, command: list[str]) -> int:
     (with ``--dry-run`` only printed: nothing starts)."""
     env, secret_env, env_lines = objects.env_flags(getattr(args, "env", None), getattr(args, "secret_env", None))
     req = objects.Request(
-        env=env, namespace=args.namespace or "local", nodes=args.nodes, command=command, runtime=args.runtime, gpus_per_node=args.gpus_per_node if args.gpus_per_node is not None else 1,
+        env=env, secret_env=secret_env, local=True, namespace=args.namespace or "local", nodes=args.nodes, command=command, runtime=args.runtime, gpus_per_node=args.gpus_per_node if args.gpus_per_node is not None else 1,
         instance_type=args.instance_type or objects.DEFAULT_INSTANCE_TYPE, image=args.image, name=args.name, trainer_version=args.trainer_version or versions.DEFAULT_TRAINER_VERSION,
         grace_seconds=args.grace_seconds, priority=args.priority, efa_zone=args.efa_zone, resume_from=args.resume_from, deps_timeout=args.deps_timeout,
     )
-    found = env_lines + ([objects.LOCAL_SECRET_ENV] if secret_env else []) + objects.problems(req) + local.node_problems(req.nodes, req.gpus_per_node or 1)
+    found = env_lines + objects.problems(req) + local.node_problems(req.nodes, req.gpus_per_node or 1)
     if found:  # every problem at once, before the code dir is read
         raise objects.SubmitError("\n".join(found))
     cm, tj = objects.build(req, collect(args.code_dir))

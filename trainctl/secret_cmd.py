@@ -19,14 +19,17 @@ from __future__ import annotations
 
 import argparse
 import base64
+import os
 import pathlib
+import stat
 import sys
 from collections.abc import Callable
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from config.job_env import NAME_MAX, SECRET_NAME_RE, secret_key_problem
+from config.job_env import NAME_MAX, SECRET_NAME_RE, secret_key_problem, shown_name
+from config.secrets import secret_shape
 from trainctl.kube import ClusterError, KubeApi, api_message, default_namespace, not_allowed
 
 # the API server's limit on a Secret's data (kubernetes v1.34 pkg/apis/core/types.go MaxSecretSize, 1 MiB)
@@ -53,10 +56,11 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> N
 
 def data_of(items: list[str], *, stdin: Any = None) -> dict[str, bytes]:
     """The Secret's data from ``KEY=VALUE``, ``KEY=@FILE`` and ``KEY=@-``; :class:`SecretInputError`
-    with a line per problem (never a value)."""
+    with a line per problem (never a value). A file's size is judged before it is read (its
+    ``stat``), and no file or standard input is read past what a Secret holds: at most the bytes
+    left of :data:`MAX_SECRET_BYTES`, plus one to tell that there was more."""
     data: dict[str, bytes] = {}
     lines: list[str] = []
-    stdin_used = False
     from_stdin = None
     for i, item in enumerate(items):
         key, sep, value = item.partition("=")
@@ -64,27 +68,28 @@ def data_of(items: list[str], *, stdin: Any = None) -> dict[str, bytes]:
             lines.append(f"argument {i + 1}: allowed: KEY=VALUE, KEY=@FILE or KEY=@-")
             continue
         if (why := secret_key_problem(key)) is not None:
-            lines.append(f"key {key!r}: {why}")
+            lines.append(f"key {shown_name(key)!r}: {why}")
             continue
         if key in data:
-            lines.append(f"key {key}: given twice; allowed: each key once")
+            lines.append(f"key {shown_name(key)}: given twice; allowed: each key once")
             continue
         if value == "@-":
-            if stdin_used:
+            if from_stdin is not None:
                 lines.append(f"key {key}: standard input (@-) is read once; allowed: one key from it")
                 continue
-            stdin_used, from_stdin = True, key
+            from_stdin = key
             data[key] = b""  # read last, once everything else is right
         elif value.startswith("@"):
-            path = pathlib.Path(value[1:])
-            try:
-                data[key] = path.read_bytes()
-            except OSError as err:
-                lines.append(f"key {key}: cannot read {str(path)!r} ({err.strerror or err})")
+            got = _read_file(key, value[1:], MAX_SECRET_BYTES - sum(len(v) for v in data.values()))
+            if isinstance(got, str):
+                lines.append(got)
+            else:
+                data[key] = got
         else:
             data[key] = value.encode()
-    if from_stdin is not None and not lines:
-        data[from_stdin] = (stdin or sys.stdin.buffer).read(MAX_SECRET_BYTES + 1)
+    left = MAX_SECRET_BYTES - sum(len(v) for v in data.values())
+    if from_stdin is not None and not lines and left >= 0:
+        data[from_stdin] = (stdin or sys.stdin.buffer).read(left + 1)
     if sum(len(v) for v in data.values()) > MAX_SECRET_BYTES:
         lines.append(f"the values add up to more than {MAX_SECRET_BYTES} bytes, a Secret's limit")
     if lines:
@@ -92,10 +97,33 @@ def data_of(items: list[str], *, stdin: Any = None) -> dict[str, bytes]:
     return data
 
 
+def _read_file(key: str, name: str, left: int) -> bytes | str:
+    """The bytes of file ``name`` (``~`` expanded), or the line saying why not: its size from
+    ``stat`` first (a 3 GB file is refused unread), then at most ``left + 1`` bytes (a pipe or a
+    device has no size to judge beforehand)."""
+    path = pathlib.Path(name).expanduser()
+    shown = name if secret_shape(name) is None else "(a path shaped like a secret, not shown)"
+    try:
+        with open(path, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if stat.S_ISDIR(st.st_mode):
+                return f"key {key}: {shown!r} is a directory; allowed: a file"
+            if stat.S_ISREG(st.st_mode) and st.st_size > left:
+                return f"key {key}: {shown!r} holds {st.st_size} bytes, more than the {max(left, 0)} bytes left of a Secret's {MAX_SECRET_BYTES}"
+            raw = fh.read(max(left, 0) + 1)
+    except OSError as err:
+        return f"key {key}: cannot read {shown!r} ({err.strerror or err})"
+    if len(raw) > left:
+        return f"key {key}: {shown!r} holds more than the {max(left, 0)} bytes left of a Secret's {MAX_SECRET_BYTES}"
+    return raw
+
+
 def name_problem(name: str) -> str | None:
+    if "=" in name or secret_shape(name) is not None:  # KEY=VALUE first (the arguments swapped), or a pasted value: never shown
+        return "secret name (the argument after set) is not shown: it looks like KEY=VALUE or a value; allowed: trainctl secret set NAME KEY=VALUE|KEY=@FILE|KEY=@- (the name first)"
     if SECRET_NAME_RE.fullmatch(name) and len(name) <= NAME_MAX:
         return None
-    return f"secret name {name!r}: allowed: a DNS subdomain (lowercase letters, digits, '-', '.'), at most {NAME_MAX} characters, such as wandb"
+    return f"secret name {name[:NAME_MAX + 1]!r}: allowed: a DNS subdomain (lowercase letters, digits, '-', '.'), at most {NAME_MAX} characters, such as wandb"
 
 
 def secret(name: str, namespace: str, data: dict[str, bytes]) -> dict:

@@ -86,10 +86,11 @@ def _namespace_problems(caller: Caller, ns: str) -> list[dict[str, str]]:
     return []
 
 
-def input_problems(spec: JobSpec) -> list[dict[str, str]]:
-    """Every problem of the submission itself (before any cluster read)."""
+def input_problems(spec: JobSpec, *, local: bool = False) -> list[dict[str, str]]:
+    """Every problem of the submission itself (before any cluster read); ``local``: the portal of
+    ``trainctl ui --local``, which judges as ``trainctl submit --local``."""
     try:
-        request_of(spec, None)
+        request_of(spec, None, local=local)
     except Problems as err:
         return err.problems
     return []
@@ -112,7 +113,7 @@ def create(request: Request, body: CreateRequest) -> dict[str, Any]:
     spec = JobSpec(namespace=body.namespace, framework=body.framework, num_nodes=body.config.num_nodes, gpu_per_node=body.config.gpu_per_node, cpu_per_node=body.config.cpu_per_node,
                    memory_per_node=body.config.memory_per_node, command=body.command or "python train.py", name=body.name, image=body.image,
                    env=tuple((body.env or {}).items()), secret_env=tuple((body.secret_env or {}).items()))
-    problems += input_problems(spec)
+    problems += input_problems(spec, local=bool(getattr(request.app.state.portal, "local", False)))
     if problems:
         raise Problems(problems)
     done = request.app.state.portal.create(caller, spec, [Part("train.py", body.training_code.encode())])
@@ -137,7 +138,7 @@ async def upload(
         parts.append(Part(f.filename or "", data))
     spec = JobSpec(namespace=namespace, framework=framework, num_nodes=num_nodes, gpu_per_node=gpu_per_node, cpu_per_node=cpu_per_node or None, memory_per_node=memory_per_node or None,
                    command=command, name=name or None, image=image or None)
-    problems += input_problems(spec)
+    problems += input_problems(spec, local=bool(getattr(request.app.state.portal, "local", False)))
     if problems:
         raise Problems(problems)
     from starlette.concurrency import run_in_threadpool

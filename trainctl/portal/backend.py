@@ -16,6 +16,7 @@ from trainctl.portal.upload import Part
 
 class Backend(Protocol):
     mode_note: str | None  # a line the page header shows (local mode says so)
+    local: bool  # the jobs run on this machine (trainctl ui --local): submissions judged as trainctl submit --local
 
     def create(self, caller: Caller, spec: JobSpec, files: list[Part]) -> dict[str, Any]: ...
     def delete(self, caller: Caller, namespace: str, name: str) -> dict[str, Any]: ...

@@ -44,6 +44,7 @@ class LocalPortal:
     """The portal's job backend on this machine: trainctl's local jobs."""
 
     mode_note: str | None = NOTE
+    local = True  # submissions are judged as trainctl submit --local judges them (no cluster Secrets)
 
     def _dir(self, namespace: str, name: str):
         if namespace != LOCAL_NAMESPACE:
@@ -82,7 +83,7 @@ class LocalPortal:
     def create(self, caller: Caller, spec: JobSpec, files: list) -> dict[str, Any]:  # noqa: ARG002
         problems = [] if spec.namespace == LOCAL_NAMESPACE else [{"field": "namespace", "problem": f"{str(spec.namespace)[:63]!r}: local jobs are in namespace {LOCAL_NAMESPACE}"}]
         try:
-            req = request_of(spec, None)  # the cluster path's checks, on the GPU catalog
+            req = request_of(spec, None, local=True)  # the cluster path's checks, on the GPU catalog, and no Secret references
         except Problems as err:
             raise Problems(problems + err.problems) from None
         problems += [{"field": "config.num_nodes", "problem": line.removeprefix(f"--nodes {req.nodes}: ")} for line in local.node_problems(req.nodes, req.gpus_per_node or 1)]

@@ -118,8 +118,9 @@ def pool_types(facts: dict | None) -> list[str]:
     return sorted(catalog.catalog())
 
 
-def request_of(spec: JobSpec, facts: dict | None) -> objects.Request:
-    """The trainctl request of a submission, every problem at once (:class:`Problems`)."""
+def request_of(spec: JobSpec, facts: dict | None, *, local: bool = False) -> objects.Request:
+    """The trainctl request of a submission, every problem at once (:class:`Problems`); ``local``:
+    a run on this machine (``trainctl ui --local``), judged as ``trainctl submit --local``."""
     problems: list[dict[str, str]] = []
     runtime = FRAMEWORKS.get(str(spec.framework).lower())
     if runtime is None:
@@ -143,7 +144,7 @@ def request_of(spec: JobSpec, facts: dict | None) -> objects.Request:
         else:
             itype = found
     req = objects.Request(namespace=str(spec.namespace), nodes=nodes or 1, command=command, runtime=runtime or "torch", gpus_per_node=gpus, instance_type=itype, image=spec.image or None, name=spec.name or None,
-                              env=tuple(spec.env), secret_env=tuple(spec.secret_env))
+                              env=tuple(spec.env), secret_env=tuple(spec.secret_env), local=local)
     problems += [p for p in _from_trainctl(objects.problems(req)) if not any(q["field"] == p["field"] for q in problems)]
     if problems:
         raise Problems(problems)
@@ -175,6 +176,7 @@ class Portal:
     for the jobs of this machine (``trainctl ui --local``)."""
 
     mode_note: str | None = None  # a line for the page header (local mode says so)
+    local = False  # the jobs run on a cluster
 
     def __init__(self, base: client.Configuration, *, base_headers: dict[str, list[str]] | None = None, cache_size: int = 64):
         self.base = base
