@@ -116,10 +116,13 @@ class Network(pulumi.ComponentResource):
         self.public_subnet_ids = pulumi.Output.all(*[p.id for p in public])
         self.availability_zones = zones
 
+    def _service(self, service: str, kind: str) -> aws.ec2.AwaitableGetVpcEndpointServiceResult:
+        """The Region's endpoint service as EC2 DescribeVpcEndpointServices gives it: its name
+        (``com.amazonaws.<region>.<service>``, or the China Regions' own form) and the zones it serves."""
+        return aws.ec2.get_vpc_endpoint_service_output(service=service, service_type=kind, opts=pulumi.InvokeOptions(parent=self))  # type: ignore[return-value]
+
     def _service_name(self, service: str, kind: str) -> pulumi.Output[str]:
-        """The Region's endpoint service name (``com.amazonaws.<region>.<service>``, or the China
-        Regions' own form) as EC2 DescribeVpcEndpointServices gives it."""
-        return aws.ec2.get_vpc_endpoint_service_output(service=service, service_type=kind, opts=pulumi.InvokeOptions(parent=self)).service_name
+        return self._service(service, kind).service_name  # type: ignore[attr-defined]
 
     def _create_endpoints(self, name: str, vpc: aws.ec2.Vpc, private: list[aws.ec2.Subnet], private_rts: list[aws.ec2.RouteTable]) -> pulumi.Output[list[str]]:
         """The S3 gateway endpoint on the private route tables, and with ``interfaceEndpoints`` an
@@ -141,9 +144,14 @@ class Network(pulumi.ComponentResource):
         )
         enis: list[pulumi.Output[list[str]]] = []
         for service in vpc_endpoints.INTERFACE_SERVICES:
+            found = self._service(service, "Interface")
+            # only the private subnets of zones the service serves: CreateVpcEndpoint refuses a subnet of
+            # another ("The VPC endpoint service ... does not support the Availability Zone of the subnet")
+            served = pulumi.Output.all(found.availability_zones, *[pulumi.Output.all(p.id, p.availability_zone) for p in private]).apply(  # type: ignore[attr-defined]
+                lambda a: [sid for sid, zone in a[1:] if zone in (a[0] or [])])
             endpoint = aws.ec2.VpcEndpoint(
-                f"{name}-{service.replace('.', '-')}", vpc_id=vpc.id, service_name=self._service_name(service, "Interface"), vpc_endpoint_type="Interface",
-                private_dns_enabled=True, subnet_ids=[p.id for p in private], security_group_ids=[sg.id], tags={**self._tags, "Name": f"{self._cluster_name}-{service}"}, opts=self._child(),
+                f"{name}-{service.replace('.', '-')}", vpc_id=vpc.id, service_name=found.service_name, vpc_endpoint_type="Interface",  # type: ignore[attr-defined]
+                private_dns_enabled=True, subnet_ids=served, security_group_ids=[sg.id], tags={**self._tags, "Name": f"{self._cluster_name}-{service}"}, opts=self._child(),
             )
             enis.append(endpoint.network_interface_ids)
 

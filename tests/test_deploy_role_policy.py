@@ -76,12 +76,14 @@ READS = {
     "aws:ec2/getVpcEndpointService:getVpcEndpointService": "ec2:DescribeVpcEndpointServices",  # infra/network.py
     "aws:ec2/getNetworkInterface:getNetworkInterface": "ec2:DescribeNetworkInterfaces",
     "aws:ssm/getParameter:getParameter": "ssm:GetParameter",  # infra/deploy_state.py
-    "aws:servicequotas/getServiceQuota:getServiceQuota": "servicequotas:ListServiceQuotas",  # infra/gpu_aws.py, by the quota's name (the data source lists them)
+    # infra/gpu_aws.py, by the quota's name: terraform-provider-aws service_quota_data_source.go finds the code
+    # through ListAWSDefaultServiceQuotas (findServiceQuotaDefaultByName), then calls GetServiceQuota
+    "aws:servicequotas/getServiceQuota:getServiceQuota": ("servicequotas:ListAWSDefaultServiceQuotas", "servicequotas:GetServiceQuota"),
 }
 
 
 def test_what_the_program_reads_from_the_account_is_granted():
-    assert sorted(a for a in READS.values() if not granted(a)) == []
+    assert sorted(a for v in READS.values() for a in ((v,) if isinstance(v, str) else v) if not granted(a)) == []
     source = "\n".join(p.read_text() for p in (PROJECT / "infra").glob("*.py"))
     for token in READS:  # each read is still made (a renamed call would leave its grant unexplained)
         module, fn = token.split(":")[1].split("/")[0], token.split(":")[-1]

@@ -90,3 +90,15 @@ def test_make_cost_prices_the_endpoints():
     assert iface.count == len(vpc_endpoints.INTERFACE_SERVICES) * 3 and iface.total == pytest.approx(0.01 * len(vpc_endpoints.INTERFACE_SERVICES) * 3)
     text = costs.render(est)
     assert "S3 gateway endpoint" in text and "$0.01 per GB processed" in text
+
+
+def test_an_interface_endpoint_gets_only_the_subnets_of_zones_its_service_serves():
+    from tests.conftest import PROJECT
+    from tools.mock_runtime import run_program
+
+    run = run_program(str(PROJECT), "dev", stack_config={"config": dev_config(network={"interfaceEndpoints": True, "availabilityZones": ["us-west-2a", "us-west-2b"]})},
+                      endpoint_zones={"sqs": ["us-west-2b", "us-west-2c"]})
+    subnets = {r.id: r.inputs["availabilityZone"] for r in run.by_type("aws:ec2/subnet:Subnet") if "private" in r.name}
+    by_service = {r.inputs["serviceName"].rsplit("us-west-2.", 1)[1]: r for r in run.by_type(ENDPOINT) if r.inputs["vpcEndpointType"] == "Interface"}
+    assert [subnets[s] for s in by_service["sqs"].inputs["subnetIds"]] == ["us-west-2b"]
+    assert sorted(subnets[s] for s in by_service["sts"].inputs["subnetIds"]) == ["us-west-2a", "us-west-2b"]

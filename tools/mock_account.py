@@ -18,12 +18,14 @@ class AccountState:
     registry_images: dict[str, dict[str, str]] = field(default_factory=dict)
     roles: dict[str, str] = field(default_factory=dict)  # IAM role name -> its path (service-linked roles among them)
     quotas: dict[str, float] | None = None  # Service Quotas' EC2 quota name -> value; None: not known (an offline render)
+    endpoint_zones: dict[str, list[str]] = field(default_factory=dict)  # endpoint service -> the zones it serves (default: all)
 
     def answer(self, token: str, args: dict, region: str = "us-west-2") -> tuple[dict, list[tuple[str, str]]] | None:
         """(outputs, failures) of a provider function that reads the account, else None."""
         if token == "aws:ec2/getVpcEndpointService:getVpcEndpointService":  # the commercial Regions' form (PrivateLink Guide, "AWS services that integrate")
             name = f"com.amazonaws.{region}.{args.get('service')}"
-            return {"serviceName": name, "service": args.get("service"), "serviceType": args.get("serviceType"), "id": name}, []
+            zones = self.endpoint_zones.get(str(args.get("service")), [f"{region}{z}" for z in "abcdef"])  # every zone, unless a test says otherwise
+            return {"serviceName": name, "service": args.get("service"), "serviceType": args.get("serviceType"), "availabilityZones": zones, "id": name}, []
         if token == "aws:ec2/getNetworkInterface:getNetworkInterface":  # an endpoint's ENI (tools/mock_runtime.py names them by index)
             eni = args.get("id", "")
             return {"id": eni, "privateIp": f"10.0.{int(eni.rsplit('-', 1)[-1], 16) % 250}.{10 + int(eni.rsplit('-', 1)[-1], 16) % 200}"}, []

@@ -416,12 +416,13 @@ def _ensure_event_loop() -> None:
 
 
 def run_program(project_dir: str | os.PathLike[str], stack: str, stack_config: dict | None = None, main: str | None = None, caller_arn: str | None = None, ssm_parameters: dict[str, str] | None = None,
-                stack_outputs: dict[str, dict] | None = None, registry_images: dict[str, dict[str, str]] | None = None, roles: dict[str, str] | None = None, quotas: dict[str, float] | None = None) -> ProgramRun:
+                stack_outputs: dict[str, dict] | None = None, registry_images: dict[str, dict[str, str]] | None = None, roles: dict[str, str] | None = None, quotas: dict[str, float] | None = None,
+                endpoint_zones: dict[str, list[str]] | None = None) -> ProgramRun:
     """Run ``__main__.py`` of the project for ``stack`` under mocks; return what it registered.
 
     ``stack_config`` replaces ``Pulumi.<stack>.yaml`` (tests: other configurations); ``caller_arn`` is the identity ``aws.getCallerIdentity`` answers with (the deployer);
     ``ssm_parameters`` are the SSM parameters that exist already (an earlier deploy's); ``registry_images``
-    the images the account's ECR holds (repository -> {tag: digest}), ``roles`` its IAM roles (name -> path), ``quotas`` its EC2 quotas by name (tools/mock_account.py);
+    the images the account's ECR holds (repository -> {tag: digest}), ``roles`` its IAM roles (name -> path), ``quotas`` its EC2 quotas by name, ``endpoint_zones`` the zones endpoint services serve (tools/mock_account.py);
     ``stack_outputs``: fully qualified stack name -> the outputs a StackReference to it reads (default:
     the stacks of this repository the config names, rendered first: tools/stack_refs.py).
     A stack file that is not valid (see :func:`config.stack_file.load_stack_file`) raises
@@ -437,7 +438,7 @@ def run_program(project_dir: str | os.PathLike[str], stack: str, stack_config: d
     if stack_outputs is None:  # rendered before this program starts: the mock runtime is process-global
         stack_outputs = {name: run_program(d, s).outputs for name, (d, s) in stack_refs.referenced_stacks(config).items()}
     _ensure_event_loop()
-    monitor = RecordingMonitor(PlanMocks(region, caller_arn, AccountState(dict(ssm_parameters or {}), dict(registry_images or {}), dict(roles or {}), quotas), stack_outputs))
+    monitor = RecordingMonitor(PlanMocks(region, caller_arn, AccountState(dict(ssm_parameters or {}), dict(registry_images or {}), dict(roles or {}), quotas, dict(endpoint_zones or {})), stack_outputs))
     psettings.ROOT.set(None)
     pulumi.runtime.set_all_config(config, secret_keys)
     pmocks.set_mocks(monitor.mocks, project=project, stack=stack, preview=False, monitor=monitor)
