@@ -20,6 +20,7 @@ import pulumi_aws as aws
 import versions
 from config.labels import NODE_ROLE_LABEL
 from config.names import ECR_REPOSITORY
+from config.settings import Settings, subnet_plan
 from infra.project_config import config_secret
 from infra.registry import PLATFORM, _repository, content_tag, context_modes, pushed_image, repository_name
 from k8s import helm
@@ -64,6 +65,20 @@ def portal_repository_name(cluster_name: str) -> str:
 
 def build_args() -> dict[str, str]:
     return {"BASE_IMAGE": versions.PORTAL_BASE_IMAGE, "PORTAL_UID": versions.PORTAL_UID}
+
+
+def alb_cidrs_of(s: Settings, invoke: pulumi.InvokeOptions) -> list[Any]:
+    """Where the portal's pods may be reached from: the public subnets, which hold an internet-facing
+    ALB's network interfaces (the controller places it in subnets tagged kubernetes.io/role/elb),
+    not the whole VPC, whose hosts and pods could otherwise set the forwarding headers the key-fetch
+    budget counts by. A new VPC's public subnets by their planned CIDRs; an existing VPC's by the
+    subnets given, or its whole CIDR when none are given (the controller then finds them by tag)."""
+    net = s.network
+    if not net.vpc_id:
+        return list(subnet_plan(net.cidr, net.az_count)[1])
+    if net.public_subnet_ids:
+        return [aws.ec2.get_subnet_output(id=sid, opts=invoke).cidr_block for sid in net.public_subnet_ids]
+    return [aws.ec2.get_vpc_output(id=net.vpc_id, opts=invoke).cidr_block]
 
 
 def alb_controller_policy() -> str:
@@ -129,7 +144,7 @@ class Portal(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[attach, assoc]),
             ))
 
-        vpc_cidr = s.network.cidr if not s.network.vpc_id else aws.ec2.get_vpc_output(id=s.network.vpc_id, opts=pulumi.InvokeOptions(parent=self)).cidr_block
+        alb_cidrs = alb_cidrs_of(s, pulumi.InvokeOptions(parent=self))
         # after what serves the Ingresses: with the readiness gate label, the controller's pod webhook
         # (failurePolicy Fail in chart 3.5.0 templates/webhook.yaml) must be up before the portal's pod is made
         self_managed = s.gpu_pool.mode != "auto"
@@ -137,7 +152,7 @@ class Portal(pulumi.ComponentResource):
         in_ns = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[ns, *serves])
         objs = [
             mp.service_account(), mp.impersonator_role(teams), mp.impersonator_binding(), mp.config_map(document),
-            mp.service(), mp.network_policy([vpc_cidr]),
+            mp.service(), mp.network_policy(alb_cidrs),
         ]
         # the controller reads the OIDC Secret: the chart's service account, or Auto Mode's group eks:managed
         objs += mp.oidc_secret_readers(auto_mode=not self_managed, controller_namespace=ALB_CONTROLLER_NAMESPACE, controller_service_account=ALB_CONTROLLER_SERVICE_ACCOUNT)

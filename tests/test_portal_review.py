@@ -276,3 +276,22 @@ def _portal(**extra) -> PortalSettings:
         "userInfoEndpoint": "https://idp.example.com/u", "clientId": "c", "clientSecret": "s", "teams": {"vision": {"groups": ["g"]}}, **extra,
     })
 
+
+
+def test_the_portal_pods_are_reached_only_from_the_public_subnets_where_the_alb_is():
+    """Not from the whole VPC: a host or pod there could write X-Forwarded-For itself and spend the
+    key-fetch budget as any number of sources."""
+    import copy
+
+    from config.settings import subnet_plan
+    from tests.conftest import run_config, stack_file
+    from tests.e2e.portal_helpers import PORTAL
+
+    cfg = copy.deepcopy(stack_file("teams")["config"])
+    cfg["training-platform:portal"] = copy.deepcopy(PORTAL)
+    run = run_config(cfg, stack="teams")
+    (policy,) = [r for r in run.registrations if r.type == "kubernetes:networking.k8s.io/v1:NetworkPolicy" and r.inputs["metadata"]["namespace"] == mp.PORTAL_NAMESPACE and r.inputs["spec"].get("ingress")]
+    net = cfg["training-platform:network"]
+    public = subnet_plan(net["cidr"], net["azCount"])[1]
+    assert [p["ipBlock"]["cidr"] for p in policy.inputs["spec"]["ingress"][0]["from"]] == list(public)
+    assert net["cidr"] not in str(policy.inputs["spec"]["ingress"])

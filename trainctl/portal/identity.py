@@ -100,7 +100,7 @@ class Caller:
     gpu_quota: int | None = None
 
 
-KEY_FETCHES_PER_MINUTE = 10  # all sources together: the ALB rotates its keys rarely
+KEY_FETCHES_PER_MINUTE = 30  # all sources together (the ALB rotates its keys rarely): 15 sources at their budget to spend it
 KEY_FETCHES_PER_SOURCE_PER_MINUTE = 2  # one client: below the ceiling, so one source never spends it all
 KEY_SOURCES_KEPT = 4096  # the sources whose recent fetches are remembered (the oldest forgotten first)
 KEY_FAILURE_TTL_S = 300.0  # a kid whose fetch failed is not fetched again for this long
