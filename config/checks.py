@@ -6,10 +6,11 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from config import aws_facts, catalog
-from config.schema import SchemaCheck
+from config.schema import ConfigError, SchemaCheck
 
 # --- value checks (return the "allowed" text when the value is bad) -------------------------
 
@@ -45,13 +46,14 @@ def _instance_type(value: str) -> str | None:
     return None
 
 
-def _principal_arns(values: list[str]) -> str | None:
-    for v in values:
+def _principal_arns(values: list[str] | str) -> str | None:
+    """A principal ARN (a list's items are judged one by one where a field holds a list)."""
+    for v in values if isinstance(values, list) else [values]:
         if _ARN_PRINCIPAL_RE.fullmatch(v):
             continue
         if m := _STS_SESSION_RE.fullmatch(v):
-            return f"{v!r} is a session of a role, not a principal EKS accepts; allowed: the role itself, arn:{m[1]}:iam::{m[2]}:role/{m[3]}"
-        return f"{v!r} is not valid; allowed: IAM role or user ARNs such as arn:aws:iam::123456789012:role/Admin"
+            return f"a session of a role, not a principal EKS accepts; allowed: the role itself, arn:{m[1]}:iam::{m[2]}:role/{m[3]}"
+        return "allowed: IAM role or user ARNs such as arn:aws:iam::123456789012:role/Admin"
     return None
 
 
@@ -79,10 +81,10 @@ def _public_cidr(value: str) -> str | None:
 from config.cidrs import WIDEST_PUBLIC_CIDR, too_open  # noqa: E402, F401  (part of this module's interface)
 
 
-def _cidr_list(values: list[str]) -> str | None:
-    for v in values:
+def _cidr_list(values: list[str] | str) -> str | None:
+    for v in values if isinstance(values, list) else [values]:
         if _public_cidr(v):
-            return f"{v!r} is not an IPv4 CIDR block; allowed: IPv4 CIDR blocks such as 203.0.113.0/24"
+            return "not an IPv4 CIDR block; allowed: IPv4 CIDR blocks such as 203.0.113.0/24"
     return None
 
 
@@ -173,6 +175,25 @@ def _in_catalog(value: list[str] | str) -> str | None:
 
 def _unique(values: list) -> str | None:
     return None if len(set(values)) == len(values) else "allowed: a list without duplicates"
+
+
+def duplicates(values: list) -> list[tuple[int, Any, int]]:
+    """Each repeated item of a list: (its index, the item, the index of its first occurrence)."""
+    first: dict[Any, int] = {}
+    found = []
+    for i, v in enumerate(values):
+        if v in first:
+            found.append((i, v, first[v]))
+        first.setdefault(v, i)
+    return found
+
+
+def duplicate_errors(key: str, values: list, allowed: str = "allowed: a list without duplicates", shown: list | None = None) -> Iterator[ConfigError]:
+    """A line per repeated item of the list at ``key``, naming its index, its value (as given:
+    ``shown``, where ``values`` are normalised) and its first occurrence."""
+    name = key.rsplit(".", 1)[-1]
+    for i, _item, first in duplicates(values):
+        yield ConfigError(f"{key}[{i}]", (shown or values)[i], f"also {name}[{first}]; {allowed}")
 
 
 _IN_CATALOG = SchemaCheck(_in_catalog, {"enum": sorted(catalog.catalog())})

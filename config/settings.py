@@ -97,7 +97,7 @@ from config.job_models import (  # noqa: F401
     system_namespaces,
 )
 from config.portal_models import PortalSettings, portal_rules
-from config.schema import UNSHOWN, ConfigError, ConfigErrors, Section, problems_of, repaired_section, unknown_key_hint, validate_section
+from config.schema import UNSHOWN, ConfigError, ConfigErrors, Section, known, problems_of, repaired_section, unknown_key_hint, validate_section
 from config.team_models import DOWNLOAD_MIB_PER_S, LOG_RETENTION_DAYS, NODE_LAUNCH_MINUTES, KueueSettings, ObservabilitySettings, SmokeChecksSettings, TenantSettings, TenantsSettings, duration_seconds  # noqa: F401
 
 # --- the whole stack -------------------------------------------------------------------------
@@ -205,7 +205,9 @@ def load_settings(raw: Mapping[str, Any], *, stack: str, region: str) -> Setting
     reported = [e.key for e in errors]
     for needs, needs_facts, rule in _RULES:
         if set(needs) <= usable and facts_for[needs_facts]:
-            errors += [e for e in rule(settings) if not any(_same_or_within(e.key, r) for r in reported)]
+            # a rule that reads a value which failed its own check stops there (schema.Failed): it
+            # never judges that value's default in its place
+            errors += [e for e in known(rule(settings)) if not any(_same_or_within(e.key, r) for r in reported)]
     if errors:
         raise ConfigErrors(errors)
     return _with_job_runtimes(settings)
