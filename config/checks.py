@@ -201,3 +201,30 @@ _FLOW_LOG_RETENTION = (0, 1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 5
 _SUBNET_ID = _pattern(re.compile(r"^subnet-[0-9a-f]{8,17}$", re.ASCII), "subnet ids such as subnet-0abc1234")
 
 
+
+
+# --- ARNs of regional resources ------------------------------------------------------------
+
+# Every ARN-valued setting whose AWS service uses only a resource of its own Region: (key, how to
+# read it from the settings (None: unset or unused), what it is, its service in the ARN, why).
+# IAM ARNs (adminPrincipalArns, ci.*RoleArn, tenants.<team>.principalArns) are global: only their
+# partition is checked (config/settings.py _arn_rules).
+REGIONAL_ARNS: tuple[tuple[str, Any, str, str, str], ...] = (
+    # EKS User Guide, "Encrypt Kubernetes secrets with KMS on existing clusters": the key must be in the cluster's Region
+    ("cluster.secretsKmsKeyArn", lambda s: s.cluster.secrets_kms_key_arn, "a KMS key", "kms", "EKS cannot use a key of another region"),
+    # ACM User Guide, "Supported Regions": certificates are regional; an ALB's HTTPS listener takes
+    # a certificate of the load balancer's own Region (ELB User Guide, "SSL certificates")
+    ("portal.certificateArn", lambda s: s.portal.certificate_arn if s.portal.enabled else None, "an ACM certificate", "acm",
+     "an ALB uses only certificates of its own region (ACM certificates are regional; request or import one there)"),
+)
+
+
+def regional_arn_problems(s: Any, region: str, partition: str) -> Iterator[ConfigError]:
+    """A line for each ARN of :data:`REGIONAL_ARNS` outside the stack's Region or partition."""
+    for key, read, what, service, why in REGIONAL_ARNS:
+        arn = read(s)
+        if arn is None:
+            continue
+        _, arn_part, _, arn_region, *_ = arn.split(":")
+        if (arn_part, arn_region) != (partition, region):
+            yield ConfigError(key, arn, f"allowed: {what} of the stack's region and partition (arn:{partition}:{service}:{region}:...); {why}")
