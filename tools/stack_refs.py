@@ -31,10 +31,16 @@ def projects() -> dict[str, str]:
 def referenced_stacks(config: dict[str, str]) -> dict[str, tuple[str, str]]:
     """The stacks of this repository's projects that a stack's config names as
     ``<organization>/<project>/<stack>`` (a StackReference's name): name -> (project dir, stack)."""
+    return {name: (d, stack) for name, (d, stack, _key) in references(config).items()}
+
+
+def references(config: dict[str, str]) -> dict[str, tuple[str, str, str]]:
+    """As :func:`referenced_stacks`, with the config key that names each: name -> (project dir,
+    stack, key such as ``training-platform-workloads:platform``)."""
     known = projects()
     out = {}
-    for value in config.values():
+    for key, value in config.items():
         m = STACK_REF_RE.fullmatch(value.strip()) if isinstance(value, str) else None
         if m and m.group(1) in known:
-            out[value.strip()] = (known[m.group(1)], m.group(2))
+            out[value.strip()] = (known[m.group(1)], m.group(2), key)
     return out
