@@ -36,8 +36,7 @@ from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 from config import aws_facts
-from config.schema import ConfigError
-from config.stack_file import StackFileError, StackFileMissing, load_stack_file
+from config.stack_file import StackFileError, load_stack_file
 from tools import stack_refs
 from tools.mock_account import ACCOUNT, AccountState
 
@@ -449,19 +448,6 @@ def _ensure_event_loop() -> None:
     asyncio.set_event_loop(asyncio.new_event_loop())
 
 
-def _referenced_outputs(name: str, project_dir: str, stack: str, key: str) -> dict:
-    """The outputs of the stack that config key ``key`` names (``name``), rendered offline; a stack
-    without a stack file is refused in one line naming the key the user wrote (the file: its detail)."""
-    try:
-        return run_program(project_dir, stack).outputs
-    except StackFileMissing:
-        project, _ = _project_file(project_dir)
-        have = sorted(f[len("Pulumi."):-len(".yaml")] for f in os.listdir(project_dir) if f.startswith("Pulumi.") and f.endswith(".yaml") and f != "Pulumi.yaml")
-        raise StackFileError(str(ConfigError(
-            key, name, f"no stack {stack} of project {project} (no Pulumi.{stack}.yaml beside its Pulumi.yaml); allowed: one of its stacks, such as " + ", ".join(f"{name.rsplit('/', 1)[0]}/{h}" for h in have)
-        ))) from None
-
-
 def run_program(project_dir: str | os.PathLike[str], stack: str, stack_config: dict | None = None, main: str | None = None, caller_arn: str | None = None, ssm_parameters: dict[str, str] | None = None,
                 stack_outputs: dict[str, dict] | None = None, registry_images: dict[str, dict[str, str]] | None = None, roles: dict[str, str] | None = None) -> ProgramRun:
     """Run ``__main__.py`` of the project for ``stack`` under mocks; return what it registered.
@@ -482,7 +468,7 @@ def run_program(project_dir: str | os.PathLike[str], stack: str, stack_config: d
     config, secret_keys = _config_map(project, project_file, stack_config)
     region = config.get("aws:region", "us-west-2")
     if stack_outputs is None:  # rendered before this program starts: the mock runtime is process-global
-        stack_outputs = {name: _referenced_outputs(name, d, s, key) for name, (d, s, key) in stack_refs.references(config).items()}
+        stack_outputs = stack_refs.rendered_outputs(config, lambda d, s: run_program(d, s).outputs)
     _ensure_event_loop()
     monitor = RecordingMonitor(PlanMocks(region, caller_arn, AccountState(dict(ssm_parameters or {}), dict(registry_images or {}), dict(roles or {})), stack_outputs))
     psettings.ROOT.set(None)
