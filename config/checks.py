@@ -6,10 +6,11 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from config import aws_facts, catalog
-from config.schema import SchemaCheck
+from config.schema import ConfigError, SchemaCheck
 
 # --- value checks (return the "allowed" text when the value is bad) -------------------------
 
@@ -45,13 +46,14 @@ def _instance_type(value: str) -> str | None:
     return None
 
 
-def _principal_arns(values: list[str]) -> str | None:
-    for v in values:
+def _principal_arns(values: list[str] | str) -> str | None:
+    """A principal ARN (a list's items are judged one by one where a field holds a list)."""
+    for v in values if isinstance(values, list) else [values]:
         if _ARN_PRINCIPAL_RE.fullmatch(v):
             continue
         if m := _STS_SESSION_RE.fullmatch(v):
-            return f"{v!r} is a session of a role, not a principal EKS accepts; allowed: the role itself, arn:{m[1]}:iam::{m[2]}:role/{m[3]}"
-        return f"{v!r} is not valid; allowed: IAM role or user ARNs such as arn:aws:iam::123456789012:role/Admin"
+            return f"a session of a role, not a principal EKS accepts; allowed: the role itself, arn:{m[1]}:iam::{m[2]}:role/{m[3]}"
+        return "allowed: IAM role or user ARNs such as arn:aws:iam::123456789012:role/Admin"
     return None
 
 
@@ -79,10 +81,10 @@ def _public_cidr(value: str) -> str | None:
 from config.cidrs import WIDEST_PUBLIC_CIDR, too_open  # noqa: E402, F401  (part of this module's interface)
 
 
-def _cidr_list(values: list[str]) -> str | None:
-    for v in values:
+def _cidr_list(values: list[str] | str) -> str | None:
+    for v in values if isinstance(values, list) else [values]:
         if _public_cidr(v):
-            return f"{v!r} is not an IPv4 CIDR block; allowed: IPv4 CIDR blocks such as 203.0.113.0/24"
+            return "not an IPv4 CIDR block; allowed: IPv4 CIDR blocks such as 203.0.113.0/24"
     return None
 
 
@@ -175,8 +177,54 @@ def _unique(values: list) -> str | None:
     return None if len(set(values)) == len(values) else "allowed: a list without duplicates"
 
 
+def duplicates(values: list) -> list[tuple[int, Any, int]]:
+    """Each repeated item of a list: (its index, the item, the index of its first occurrence)."""
+    first: dict[Any, int] = {}
+    found = []
+    for i, v in enumerate(values):
+        if v in first:
+            found.append((i, v, first[v]))
+        first.setdefault(v, i)
+    return found
+
+
+def duplicate_errors(key: str, values: list, allowed: str = "allowed: a list without duplicates", shown: list | None = None) -> Iterator[ConfigError]:
+    """A line per repeated item of the list at ``key``, naming its index, its value (as given:
+    ``shown``, where ``values`` are normalised) and its first occurrence."""
+    name = key.rsplit(".", 1)[-1]
+    for i, _item, first in duplicates(values):
+        yield ConfigError(f"{key}[{i}]", (shown or values)[i], f"also {name}[{first}]; {allowed}")
+
+
 _IN_CATALOG = SchemaCheck(_in_catalog, {"enum": sorted(catalog.catalog())})
 _FLOW_LOG_RETENTION = (0, 1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)
 _SUBNET_ID = _pattern(re.compile(r"^subnet-[0-9a-f]{8,17}$", re.ASCII), "subnet ids such as subnet-0abc1234")
 
 
+
+
+# --- ARNs of regional resources ------------------------------------------------------------
+
+# Every ARN-valued setting whose AWS service uses only a resource of its own Region: (key, how to
+# read it from the settings (None: unset or unused), what it is, its service in the ARN, why).
+# IAM ARNs (adminPrincipalArns, ci.*RoleArn, tenants.<team>.principalArns) are global: only their
+# partition is checked (config/settings.py _arn_rules).
+REGIONAL_ARNS: tuple[tuple[str, Any, str, str, str], ...] = (
+    # EKS User Guide, "Encrypt Kubernetes secrets with KMS on existing clusters": the key must be in the cluster's Region
+    ("cluster.secretsKmsKeyArn", lambda s: s.cluster.secrets_kms_key_arn, "a KMS key", "kms", "EKS cannot use a key of another region"),
+    # ACM User Guide, "Supported Regions": certificates are regional; an ALB's HTTPS listener takes
+    # a certificate of the load balancer's own Region (ELB User Guide, "SSL certificates")
+    ("portal.certificateArn", lambda s: s.portal.certificate_arn if s.portal.enabled else None, "an ACM certificate", "acm",
+     "an ALB uses only certificates of its own region (ACM certificates are regional; request or import one there)"),
+)
+
+
+def regional_arn_problems(s: Any, region: str, partition: str) -> Iterator[ConfigError]:
+    """A line for each ARN of :data:`REGIONAL_ARNS` outside the stack's Region or partition."""
+    for key, read, what, service, why in REGIONAL_ARNS:
+        arn = read(s)
+        if arn is None:
+            continue
+        _, arn_part, _, arn_region, *_ = arn.split(":")
+        if (arn_part, arn_region) != (partition, region):
+            yield ConfigError(key, arn, f"allowed: {what} of the stack's region and partition (arn:{partition}:{service}:{region}:...); {why}")

@@ -21,7 +21,7 @@ from config.checks import cpu_cores, quantity_bytes
 from config.infra_models import TORCH_RUNTIME, ClusterSettings, EfaSettings, GpuPoolSettings, NetworkSettings, TrainerSettings
 from config.job_models import JobBase, TrainJobsSettings, system_namespaces
 from config.program_flags import argument_problems
-from config.schema import UNSHOWN, ConfigError, looks_secret
+from config.schema import UNSHOWN, ConfigError, known, looks_secret
 from config.team_models import KueueSettings, ObservabilitySettings, SmokeChecksSettings, TenantsSettings
 
 
@@ -257,8 +257,8 @@ RULES = (unused_section_rules, kueue_off_rules, storage_rules, observability_rul
 
 
 def all_problems(s: Settings) -> Iterator[ConfigError]:
-    for rule in RULES:
-        yield from rule(s)
+    for rule in RULES:  # each on its own: one that reads a value which failed its check stops alone
+        yield from known(rule(s))
 
 
 # Amazon EC2 User Guide, "Spot Instance interruption notices": the notice comes two minutes before

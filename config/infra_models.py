@@ -28,11 +28,11 @@ from config.checks import (
     _instance_type,
     _pattern,
     _shm_size,
-    _unique,
+    duplicate_errors,
     is_graviton,
     too_open,
 )
-from config.schema import Bool, ConfigError, Int, SchemaCheck, Section, camel, opt, to_raw
+from config.schema import Bool, ConfigError, Int, SchemaCheck, Section, camel, known, opt, to_raw
 
 # --- network ---------------------------------------------------------------------------------
 
@@ -86,13 +86,12 @@ class NetworkSettings(Section):
                     yield ConfigError(f"{path}.{key}", val, "subnet ids are only allowed together with network.vpcId")
             if self.availability_zones and len(self.availability_zones) != self.az_count:
                 yield ConfigError(f"{path}.availabilityZones", self.availability_zones, f"allowed: exactly azCount ({self.az_count}) distinct zone names")
-        if len(set(self.availability_zones)) != len(self.availability_zones):
-            yield ConfigError(f"{path}.availabilityZones", self.availability_zones, "allowed: distinct zone names")
+        yield from duplicate_errors(f"{path}.availabilityZones", self.availability_zones, "allowed: distinct zone names")
         for key, ids in (("privateSubnetIds", self.private_subnet_ids), ("publicSubnetIds", self.public_subnet_ids)):
-            if len(set(ids)) != len(ids):
-                yield ConfigError(f"{path}.{key}", ids, "allowed: distinct subnet ids (a subnet listed twice is one subnet)")
-        if both := sorted(set(self.private_subnet_ids) & set(self.public_subnet_ids)):
-            yield ConfigError(f"{path}.publicSubnetIds", self.public_subnet_ids, f"{', '.join(both)} also listed as private; allowed: a subnet is either private or public")
+            yield from duplicate_errors(f"{path}.{key}", ids, "allowed: distinct subnet ids (a subnet listed twice is one subnet)")
+        for i, subnet in enumerate(self.public_subnet_ids):
+            if subnet in self.private_subnet_ids:
+                yield ConfigError(f"{path}.publicSubnetIds[{i}]", subnet, f"also privateSubnetIds[{self.private_subnet_ids.index(subnet)}]; allowed: a subnet is either private or public")
         if self.create_vpc:
             yield from self._subnet_size_problems(path)
 
@@ -180,8 +179,7 @@ class ClusterSettings(Section):
                 yield ConfigError(f"{path}.publicAccessCidrs", self.public_access_cidrs, f"{why}: refused unless cluster.allowPublicAccessFromAnywhere is true; allowed: your networks' CIDRs")
         elif self.public_access_cidrs:
             yield ConfigError(f"{path}.publicAccessCidrs", self.public_access_cidrs, "allowed only when endpointPublicAccess is true")
-        if len(set(self.admin_principal_arns)) != len(self.admin_principal_arns):
-            yield ConfigError(f"{path}.adminPrincipalArns", self.admin_principal_arns, "allowed: a list without duplicates")
+        yield from duplicate_errors(f"{path}.adminPrincipalArns", self.admin_principal_arns)
 
 
 # --- node groups -----------------------------------------------------------------------------
@@ -199,15 +197,25 @@ class NodeGroupSettings(Section):
     disk_size_gib: Int = opt(50, "root volume size in GiB", ge=20, le=2000)
 
     def problems(self, path: str) -> Iterator[ConfigError]:
-        if self.min_size > self.max_size:
-            yield ConfigError(f"{path}.minSize", self.min_size, f"allowed: at most maxSize ({self.max_size})")
-        elif not self.min_size <= self.desired_size <= self.max_size:
-            yield ConfigError(f"{path}.desiredSize", self.desired_size, f"allowed: between minSize ({self.min_size}) and maxSize ({self.max_size})")
+        yield from known(self._size_problems(path))  # a size that failed its own check: the relations wait for it
         arm = is_graviton(self.instance_type)
         if self.ARCH == "arm64" and not arm:
             yield ConfigError(f"{path}.instanceType", self.instance_type, "allowed: a Graviton (ARM64) instance type such as c7g.2xlarge or m7g.xlarge")
         if self.ARCH == "amd64" and arm:
             yield ConfigError(f"{path}.instanceType", self.instance_type, "allowed: an x86_64 instance type such as c6i.2xlarge or m7i.xlarge")
+
+
+    def _size_problems(self, path: str) -> Iterator[ConfigError]:
+        """EKS's scaling config holds minSize <= desiredSize <= maxSize: a line for every relation
+        the values given break, each naming both values."""
+        lo, want, hi = self.min_size, self.desired_size, self.max_size
+        between = f"between minSize ({lo}) and maxSize ({hi})" if lo <= hi else "between minSize and maxSize"
+        if lo > hi:
+            yield ConfigError(f"{path}.minSize", lo, f"greater than maxSize ({hi}); allowed: at most maxSize ({hi})")
+        if want < lo:
+            yield ConfigError(f"{path}.desiredSize", want, f"less than minSize ({lo}); allowed: {between}")
+        if want > hi:
+            yield ConfigError(f"{path}.desiredSize", want, f"greater than maxSize ({hi}); allowed: {between}")
 
 
 class ArmNodeGroupSettings(NodeGroupSettings):
@@ -325,9 +333,7 @@ class GpuPoolSettings(Section):
 
     def problems(self, path: str) -> Iterator[ConfigError]:
         for key in ("instance_categories", "instance_families", "instance_types", "capacity_types"):
-            problem = _unique(getattr(self, key))
-            if problem:
-                yield ConfigError(f"{path}.{camel(key)}", getattr(self, key), problem)
+            yield from duplicate_errors(f"{path}.{camel(key)}", getattr(self, key))
         if not self.capacity_types:
             yield ConfigError(f"{path}.capacityTypes", self.capacity_types, "allowed: at least one of on-demand, spot, reserved")
         terms = f"{path}.capacityReservationSelectorTerms"
@@ -392,10 +398,10 @@ class EfaSettings(Section):
     instance_types: list[str] = opt(["p5.48xlarge"], "EFA-capable instance types for the EFA pool", check=_IN_CATALOG)
 
     def problems(self, path: str) -> Iterator[ConfigError]:
-        for t in self.instance_types:
+        for i, t in enumerate(self.instance_types):
             if not catalog.lookup(t).efa:
-                efa_types = ", ".join(sorted(n for n, i in catalog.catalog().items() if i.efa))
-                yield ConfigError(f"{path}.instanceTypes", t, f"{t} has no EFA; allowed: {efa_types}")
+                efa_types = ", ".join(sorted(n for n, info in catalog.catalog().items() if info.efa))
+                yield ConfigError(f"{path}.instanceTypes[{i}]", t, f"{t} has no EFA; allowed: {efa_types}")
         if self.enabled:
             if not self.availability_zone:
                 yield ConfigError(f"{path}.availabilityZone", self.availability_zone, "required when efa.enabled is true: one AZ of the cluster")
@@ -435,8 +441,7 @@ class TrainerSettings(Section):
     allow_upgrade_from: str | None = opt(None, "installed Trainer release the docs/trainer-upgrade.md procedure was run for", choices=tuple(versions.TRAINER_VERSIONS))
 
     def problems(self, path: str) -> Iterator[ConfigError]:
-        if _unique(self.runtimes):
-            yield ConfigError(f"{path}.runtimes", self.runtimes, "allowed: a list without duplicates")
+        yield from duplicate_errors(f"{path}.runtimes", self.runtimes)
         for i, grace in enumerate(self.grace_classes):
             if not 30 <= grace <= 3600 or grace == self.termination_grace_seconds or grace in self.grace_classes[:i]:
                 yield ConfigError(f"{path}.graceClasses[{i}]", grace, f"allowed: an integer from 30 to 3600, once, other than trainer.terminationGraceSeconds ({self.termination_grace_seconds}: every runtime has it)")

@@ -12,7 +12,7 @@ from config import catalog, job_env
 from config.checks import _DURATION_RE, _IN_CATALOG, AZ_RE, DNS_LABEL_RE, _pattern
 from config.infra_models import TF_RUNTIME, TORCH_HF_RUNTIME, TORCH_RUNTIME
 from config.namespaces import AGENT_NAMESPACE, KARPENTER_NAMESPACE, KUEUE_NAMESPACE, MONITORING_NAMESPACE, OPS_NAMESPACE, PORTAL_NAMESPACE, STORAGE_NAMESPACE, TRAINER_NAMESPACE
-from config.schema import Bool, ConfigError, Float, Int, SchemaCheck, Section, camel, opt
+from config.schema import Bool, ConfigError, Float, Int, SchemaCheck, Section, camel, known, opt
 from config.secrets import UNSHOWN
 
 # --- training jobs ---------------------------------------------------------------------------
@@ -104,14 +104,27 @@ class JobBase(Section):
         return _platform_flag(arg, cls.PLATFORM_FLAGS)
 
     def problems(self, path: str) -> Iterator[ConfigError]:
+        # independent rules, each on its own: one that reads a value which failed its check stops alone (schema.known)
+        yield from known(self._env_problems(path))
+        yield from known(self._gpu_problems(path))
+        yield from known(self._image_problems(path))
+        yield from known(self._args_problems(path))
+
+    def _env_problems(self, path: str) -> Iterator[ConfigError]:
         for which, name, why in job_env.problems(self.env, self.secret_env):  # no value shown: it may be a secret
             yield ConfigError(f"{path}.{which}.{name}", UNSHOWN, why)
+
+    def _gpu_problems(self, path: str) -> Iterator[ConfigError]:
         if self.gpus_per_node is not None and self.instance_type in catalog.catalog():
             gpus = catalog.lookup(self.instance_type).gpus
             if not 1 <= self.gpus_per_node <= gpus:
                 yield ConfigError(f"{path}.gpusPerNode", self.gpus_per_node, f"allowed: 1 to {gpus} ({self.instance_type} has {gpus} GPUs)")
+
+    def _image_problems(self, path: str) -> Iterator[ConfigError]:
         if self.image is not None and (self.image.endswith(":latest") or ":" not in self.image.rsplit("/", 1)[-1]):
             yield ConfigError(f"{path}.image", self.image, "allowed: an image with a pinned tag or digest (not latest)")
+
+    def _args_problems(self, path: str) -> Iterator[ConfigError]:
         for i, arg in enumerate(self.extra_args):
             flag = _platform_flag(arg, self.PLATFORM_FLAGS)
             if flag is None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from config.checks import _cidr_list, _pattern, _unique
-from config.schema import REDACTED, Bool, ConfigError, SchemaCheck, Section, opt, problems_of
+from config.checks import _cidr_list, _pattern, duplicate_errors
+from config.schema import REDACTED, Bool, ConfigError, Failed, SchemaCheck, Section, camel, opt, problems_of, to_raw
 
 HTTPS_URL_RE = re.compile(r"^https://[A-Za-z0-9.-]+(:\d{1,5})?(/[A-Za-z0-9._~%!$&'()*+,;=:@/-]*)?$", re.ASCII)
 HOST_RE = re.compile(r"^(?=.{1,253}$)([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$", re.ASCII)
@@ -41,9 +41,8 @@ class PortalTeamSettings(Section):
     def problems(self, path: str) -> Iterator[ConfigError]:
         if not self.groups and not self.emails:
             yield ConfigError(path, {}, "required: at least one of groups or emails (who signs in as this team)")
-        for key, values in (("groups", self.groups), ("emails", [e.lower() for e in self.emails])):
-            if _unique(values):
-                yield ConfigError(f"{path}.{key}", values, "allowed: a list without duplicates")
+        yield from duplicate_errors(f"{path}.groups", self.groups)
+        yield from duplicate_errors(f"{path}.emails", [e.lower() for e in self.emails], "allowed: a list without duplicates (addresses compare without case)", shown=self.emails)
 
 
 class PortalSettings(Section):
@@ -67,10 +66,13 @@ class PortalSettings(Section):
     def problems(self, path: str) -> Iterator[ConfigError]:
         for team, login in self.teams.items():  # a map of sections: not reached by problems_of
             yield from problems_of(login, f"{path}.teams.{team}")
-        given = self.model_dump(by_alias=True, exclude_defaults=True)
         if not self.enabled:
-            for key in sorted(set(given) - {"enabled"}):
-                yield ConfigError(f"{path}.{key}", "<set>" if key == "clientSecret" else given[key], "does nothing while portal.enabled is false; set portal.enabled: true or remove it")
+            for name in sorted(self.model_fields_set - {"enabled"}, key=lambda n: camel(n)):
+                value = getattr(self, name)
+                if isinstance(value, Failed) or value == type(self).model_fields[name].get_default(call_default_factory=True):
+                    continue  # reported already, or set to what it is anyway
+                key = camel(name)
+                yield ConfigError(f"{path}.{key}", "<set>" if key == "clientSecret" else to_raw(value), "does nothing while portal.enabled is false; set portal.enabled: true or remove it")
             return
         for key in REQUIRED:
             if getattr(self, _attr(key)) is None:

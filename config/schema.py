@@ -26,6 +26,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
+from config.failed import Failed, UnknownValue, known, mark_failed  # noqa: F401  (UnknownValue: part of this module's interface)
 from config.secrets import REDACTED, UNSHOWN, looks_secret, offline_secret, strings_in  # noqa: F401  (REDACTED, looks_secret: part of this module's interface)
 
 PROJECT = "training-platform"
@@ -133,20 +134,27 @@ def _fail(allowed: str, *, suffix: str = "", **value: Any) -> PydanticCustomErro
 
 
 def _field_check(choices: tuple | None, check: Check | None) -> Callable[[Any], Any]:
+    """The value check of a field. A list is judged item by item and every bad item is reported,
+    each by its index and value (one line each), not only the first."""
+
+    def problem_of(item: Any) -> str | None:
+        if choices is not None and item not in choices:
+            close = difflib.get_close_matches(str(item), [str(c) for c in choices], n=1, cutoff=0.6)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            return hint + "allowed: " + ", ".join(map(str, choices))
+        return check(item) if check is not None else None
+
     def run(value: Any) -> Any:
         if value is None or offline_secret(value):  # a secure value offline: unknown, judged by Pulumi's preview
             return value
         if isinstance(value, list) and any(offline_secret(v) for v in value):
             run([v for v in value if not offline_secret(v)])
             return value
-        if choices is not None:
-            items = value if isinstance(value, list) else [value]
-            for i, item in enumerate(items):
-                if item not in choices:
-                    close = difflib.get_close_matches(str(item), [str(c) for c in choices], n=1, cutoff=0.6)
-                    hint = f"did you mean '{close[0]}'? " if close else ""
-                    raise _fail(hint + "allowed: " + ", ".join(map(str, choices)), suffix=f"[{i}]" if isinstance(value, list) else "", value=item)
-        if check is not None and (problem := check(value)):
+        if isinstance(value, list):
+            found = [(f"[{i}]", item, why) for i, item in enumerate(value) if (why := problem_of(item))]
+            if found:
+                raise _fail(found[0][2], suffix=found[0][0], value=found[0][1], items=found)
+        elif problem := problem_of(value):
             raise _fail(problem)
         return value
 
@@ -406,6 +414,15 @@ def _from_pydantic(cls: type[BaseModel], path: str, err: Any) -> ConfigError:
     return ConfigError(key, value, allowed)
 
 
+def _errors_of(cls: type[BaseModel], path: str, err: Any) -> list[ConfigError]:
+    """The lines of one pydantic error: one, or one per bad item of a list (``_field_check``)."""
+    items = (err.get("ctx") or {}).get("items") if err["type"] == "config" else None
+    if items:
+        key = _key(path, tuple(err["loc"]))
+        return [ConfigError(key + suffix, item, why) for suffix, item, why in items]
+    return [_from_pydantic(cls, path, err)]
+
+
 def validate_section(cls: type[Section], raw: Any, path: str) -> tuple[Section | None, list[ConfigError]]:
     """Parse one section. Returns the model (None when a field is invalid) and every problem:
     pydantic's field errors, then the cross-field ``problems`` of each model that parsed."""
@@ -414,21 +431,23 @@ def validate_section(cls: type[Section], raw: Any, path: str) -> tuple[Section |
     try:
         obj = cls.model_validate(raw, by_alias=True, by_name=False)  # stack files use the camelCase keys
     except ValidationError as exc:
-        found = [_from_pydantic(cls, path, e) for e in exc.errors(include_url=False)]
+        found = [line for e in exc.errors(include_url=False) for line in _errors_of(cls, path, e)]
         return None, found + list(_problems_of_parts(cls, raw, path))
     return obj, list(problems_of(obj, path))
 
 
 def repaired_section(cls: type[Section], raw: Any) -> Section | None:
-    """The section with its invalid values left out (their defaults instead), or None when that
-    does not parse either. Lets the rules across sections run beside a section's own field
-    errors, so one mistake does not hide the others."""
+    """The section with each invalid value replaced by :class:`Failed` (parsed with the value
+    left out, then marked), or None when that does not parse either. Lets the rules across
+    sections run beside a section's own field errors, so one mistake does not hide the others,
+    while no rule judges a default the user never gave in place of the value that failed."""
     import copy
 
     data = copy.deepcopy(raw) if isinstance(raw, Mapping) else {}
+    failed: list[tuple[str, ...]] = []
     for _ in range(20):
         try:
-            return cls.model_validate(data, by_alias=True, by_name=False)
+            obj = cls.model_validate(data, by_alias=True, by_name=False)
         except ValidationError as exc:
             removed = False
             for err in exc.errors(include_url=False):
@@ -440,11 +459,16 @@ def repaired_section(cls: type[Section], raw: Any) -> Section | None:
                     # the bad value, or the list whose item holds it (tenants.<team>.s3[0].bucket): dropped whole
                     if i == len(loc) - 1 or isinstance(node[part], list):
                         del node[part]
+                        failed.append(tuple(str(p) for p in loc[: i + 1]))
                         removed = True
                         break
                     node = node[part]
             if not removed:
                 return None
+            continue
+        for parts in failed:
+            obj = mark_failed(obj, parts, ".".join(parts))
+        return obj
     return None
 
 
@@ -476,7 +500,10 @@ def _problems_of_parts(cls: type[Section], raw: Any, path: str) -> Iterator[Conf
 
 
 def problems_of(obj: Section, path: str) -> Iterator[ConfigError]:
-    """``obj.problems`` and those of every model nested in it, depth first, children first."""
+    """``obj.problems`` and those of every model nested in it, depth first, children first. A
+    model's rules stop where they read a value that failed its own check (:class:`Failed`)."""
+    if isinstance(obj, Failed):
+        return
     for name, f in type(obj).model_fields.items():
         value = getattr(obj, name)
         key = f"{path}.{f.alias or name}"
@@ -486,7 +513,7 @@ def problems_of(obj: Section, path: str) -> Iterator[ConfigError]:
             for i, item in enumerate(value):
                 if isinstance(item, Section):
                     yield from problems_of(item, f"{key}[{i}]")
-    yield from obj.problems(path)
+    yield from known(obj.problems(path))
 
 
 def to_raw(obj: Any) -> Any:
@@ -495,4 +522,6 @@ def to_raw(obj: Any) -> Any:
         return obj.model_dump(by_alias=True, mode="json")
     if isinstance(obj, list):
         return [to_raw(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_raw(v) for k, v in obj.items()}
     return obj

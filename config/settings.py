@@ -50,6 +50,7 @@ from config.checks import (  # noqa: F401
     _unique,
     is_graviton,
     quantity_bytes,
+    regional_arn_problems,
     too_open,
 )
 from config.efa import efa_layouts, efa_pool_of
@@ -97,7 +98,7 @@ from config.job_models import (  # noqa: F401
     system_namespaces,
 )
 from config.portal_models import PortalSettings, plain_secret_problems, portal_rules
-from config.schema import UNSHOWN, ConfigError, ConfigErrors, Section, problems_of, repaired_section, unknown_key_hint, validate_section
+from config.schema import UNSHOWN, ConfigError, ConfigErrors, Section, known, problems_of, repaired_section, unknown_key_hint, validate_section
 from config.team_models import DOWNLOAD_MIB_PER_S, LOG_RETENTION_DAYS, NODE_LAUNCH_MINUTES, KueueSettings, ObservabilitySettings, SmokeChecksSettings, TenantSettings, TenantsSettings, duration_seconds  # noqa: F401
 
 # --- the whole stack -------------------------------------------------------------------------
@@ -209,7 +210,9 @@ def load_settings(raw: Mapping[str, Any], *, stack: str, region: str, secret_key
     reported = [e.key for e in errors]
     for needs, needs_facts, rule in _RULES:
         if set(needs) <= usable and facts_for[needs_facts]:
-            errors += [e for e in rule(settings) if not any(_same_or_within(e.key, r) for r in reported)]
+            # a rule that reads a value which failed its own check stops there (schema.Failed): it
+            # never judges that value's default in its place
+            errors += [e for e in known(rule(settings)) if not any(_same_or_within(e.key, r) for r in reported)]
     if errors:
         raise ConfigErrors(errors)
     return _with_job_runtimes(settings)
@@ -251,11 +254,6 @@ def _arn_rules(s: Settings) -> Iterator[ConfigError]:
     for key, role in (("previewRoleArn", s.cluster.ci.preview_role_arn), ("deployRoleArn", s.cluster.ci.deploy_role_arn)):
         if role is not None and role.split(":")[1] != part:
             yield ConfigError(f"cluster.ci.{key}", role, f"allowed: an ARN of the region's partition ({s.region} is in {part}: arn:{part}:iam::...)")
-    kms = s.cluster.secrets_kms_key_arn
-    if kms is not None:
-        _, arn_part, _, arn_region, *_ = kms.split(":")
-        if (arn_part, arn_region) != (part, s.region):
-            yield ConfigError("cluster.secretsKmsKeyArn", kms, f"allowed: a KMS key of the stack's region and partition (arn:{part}:kms:{s.region}:...); EKS cannot use a key of another region")
 
 
 def _zone_rules(s: Settings) -> Iterator[ConfigError]:
@@ -397,6 +395,7 @@ def _tenant_rules(s: Settings) -> Iterator[ConfigError]:
 _RULES: list[tuple[tuple[str, ...], str | None, Callable[[Settings], Iterator[ConfigError]]]] = [
     (("cluster",), None, _cluster_name_rule),
     (("cluster",), "region", _arn_rules),
+    ((), "region", lambda s: regional_arn_problems(s, s.region, aws_facts.partition(s.region))),  # each reads its own section only
     (("network", "efa", "trainjobs"), "zones", _zone_rules),
     (("gpuPool", "efa", "trainer", "trainjobs"), None, _job_rules),
     (("gpuPool", "efa", "trainjobs", "smokeChecks"), "region", lambda s: _offer_rules(s)),

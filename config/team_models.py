@@ -11,7 +11,7 @@ from typing import ClassVar, Literal
 
 from pydantic import ConfigDict, RootModel
 
-from config.checks import _FLOW_LOG_RETENTION, _IN_CATALOG, _PRINCIPAL_ARNS, DNS_LABEL_RE, _cpu_quantity, _pattern, _quantity, _unique
+from config.checks import _FLOW_LOG_RETENTION, _IN_CATALOG, _PRINCIPAL_ARNS, DNS_LABEL_RE, _cpu_quantity, _pattern, _quantity, duplicate_errors
 from config.schema import Bool, ConfigError, Int, SchemaCheck, Section, opt, problems_of
 
 # --- teams (tenants) and Kueue --------------------------------------------------------------
@@ -113,8 +113,7 @@ class TenantSettings(Section):
     def problems(self, path: str) -> Iterator[ConfigError]:
         if self.gpu_quota is None:
             yield ConfigError(f"{path}.gpuQuota", None, "required: the GPUs the team is guaranteed, an integer >= 1")
-        if _unique(self.principal_arns):
-            yield ConfigError(f"{path}.principalArns", self.principal_arns, "allowed: a list without duplicates")
+        yield from duplicate_errors(f"{path}.principalArns", self.principal_arns)
         mixed = sorted({g.bucket for g in self.s3 if g.bucket is not None and {h.cross_account for h in self.s3 if h.bucket == g.bucket} == {True, False}})
         if mixed:
             yield ConfigError(f"{path}.s3", mixed, "each bucket's entries must agree on crossAccount (a bucket belongs to one account)")

@@ -50,9 +50,9 @@ INVALID = [
     ({"cluster": {"endpointPublicAccess": True, "publicAccessCidrs": ["0.0.0.0/1", "128.0.0.0/1"]}}, "cluster.publicAccessCidrs", "cover all of IPv4"),
     ({"cluster": {"endpointPublicAccess": True, "publicAccessCidrs": ["0.0.0.0/2", "64.0.0.0/2", "128.0.0.0/2", "192.0.0.0/2"]}}, "cluster.publicAccessCidrs", "cover all of IPv4"),
     ({"cluster": {"endpointPublicAccess": True, "publicAccessCidrs": ["64.0.0.0/3"]}}, "cluster.publicAccessCidrs", "wider than /8"),
-    ({"cluster": {"endpointPublicAccess": True, "publicAccessCidrs": ["300.1.1.0/24"]}}, "cluster.publicAccessCidrs", "CIDR"),
+    ({"cluster": {"endpointPublicAccess": True, "publicAccessCidrs": ["300.1.1.0/24"]}}, "cluster.publicAccessCidrs[0]", "CIDR"),  # a list item: by its index
     ({"cluster": {"publicAccessCidrs": ["203.0.113.0/24"]}}, "cluster.publicAccessCidrs", "endpointPublicAccess"),
-    ({"cluster": {"adminPrincipalArns": ["admin"]}}, "cluster.adminPrincipalArns", "ARN"),
+    ({"cluster": {"adminPrincipalArns": ["admin"]}}, "cluster.adminPrincipalArns[0]", "ARN"),
     ({"cluster": {"endpointPublicAccess": "yes please"}}, "cluster.endpointPublicAccess", "boolean"),
     ({"netwrok": {}}, "netwrok", "did you mean 'network'"),
     ({"network": {"azCuont": 3}}, "network.azCuont", "did you mean 'azCount'"),

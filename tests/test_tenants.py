@@ -262,7 +262,7 @@ BAD_TEAMS = [
     ({"tenants": {"kube-system": {"gpuQuota": 1}}}, "tenants.kube-system"),
     ({"tenants": {"vision": {"gpuQuota": 1, "namespace": "training"}}}, "tenants.vision.namespace"),
     ({"tenants": {"a": {"gpuQuota": 1, "namespace": "x"}, "b": {"gpuQuota": 1, "namespace": "x"}}}, "tenants.b.namespace"),
-    ({"tenants": {"vision": {"gpuQuota": 1, "principalArns": ["VisionTeam"]}}}, "tenants.vision.principalArns"),
+    ({"tenants": {"vision": {"gpuQuota": 1, "principalArns": ["VisionTeam"]}}}, "tenants.vision.principalArns[0]"),  # a list item: by its index
     ({"tenants": {"a": {"gpuQuota": 1, "principalArns": [VISION]}, "b": {"gpuQuota": 1, "principalArns": [VISION]}}}, "tenants.b.principalArns[0]"),
     ({"cluster": {"adminPrincipalArns": [VISION]}, "tenants": {"a": {"gpuQuota": 1, "principalArns": [VISION]}}}, "tenants.a.principalArns[0]"),
     ({"tenants": {"a": {"gpuQuota": 1, "principalArns": ["arn:aws-cn:iam::123456789012:role/A"]}}}, "tenants.a.principalArns[0]"),

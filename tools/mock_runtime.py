@@ -436,7 +436,7 @@ def run_program(project_dir: str | os.PathLike[str], stack: str, stack_config: d
     config, secret_keys = _config_map(project, project_file, stack_config)
     region = config.get("aws:region", "us-west-2")
     if stack_outputs is None:  # rendered before this program starts: the mock runtime is process-global
-        stack_outputs = {name: run_program(d, s).outputs for name, (d, s) in stack_refs.referenced_stacks(config).items()}
+        stack_outputs = stack_refs.rendered_outputs(config, lambda d, s: run_program(d, s).outputs)
     _ensure_event_loop()
     monitor = RecordingMonitor(PlanMocks(region, caller_arn, AccountState(dict(ssm_parameters or {}), dict(registry_images or {}), dict(roles or {}), quotas, dict(endpoint_zones or {})), stack_outputs))
     psettings.ROOT.set(None)

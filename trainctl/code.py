@@ -42,7 +42,6 @@ a code ConfigMap of 45,000 one-byte files (1.49 MB as compact JSON) is stored, o
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import re
@@ -50,9 +49,9 @@ from dataclasses import dataclass, field
 
 from config import job_requirements
 
-MAX_CONFIGMAP_BYTES = 1024 * 1024
-MAX_OBJECT_BYTES = 1024 * 1024 * 3 // 2  # etcd's default request limit (1.5 MiB)
-SERVER_ADDED_BYTES = 4096  # what the API server adds to a created object (uid, resourceVersion, timestamps, a managedFields entry)
+# the limits and the size measure are the stack's too (config/object_size.py): one check everywhere
+from config.object_size import MAX_CONFIGMAP_BYTES, MAX_OBJECT_BYTES, SERVER_ADDED_BYTES, size_problem, stored_size  # noqa: F401  (part of this module's interface)
+
 KEY_MAX_LENGTH = 253  # IsConfigMapKey: at most 253 characters
 _KEY_RE = re.compile(r"^[-._a-zA-Z0-9]+$", re.ASCII)
 SUBDIR_SEPARATOR = "__"
@@ -185,12 +184,7 @@ def _too_many(code_dir: str | os.PathLike, files: int, size: int, kind: str, so_
     )
 
 
-def stored_size(obj: dict) -> int:
-    """About how many bytes the API server stores for ``obj`` (see the module's docstring)."""
-    return len(json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()) + SERVER_ADDED_BYTES
-
-
 def object_problems(code_dir: str | os.PathLike, files: int, objects: list[dict]) -> list[str]:
     """A line for each object (the code ConfigMap, the TrainJob with its per-file volume items)
     larger than the API server stores."""
-    return [_too_many(code_dir, files, n, o["kind"]) for o in objects if (n := stored_size(o)) > MAX_OBJECT_BYTES]
+    return [_too_many(code_dir, files, stored_size(o), o["kind"]) for o in objects if size_problem(o) is not None]

@@ -21,7 +21,7 @@ from config.run_config import RUN_PROJECT, load_run  # noqa: E402
 from config.schema import ConfigError, ConfigErrors  # noqa: E402
 from infra.project_config import project_config  # noqa: E402
 from workloads.builders.job_platform import DocumentError, run_problems  # noqa: E402
-from workloads.builders.trainjobs import WORKLOADS  # noqa: E402
+from workloads.builders.trainjobs import WORKLOADS, size_problems  # noqa: E402
 from workloads.trainjobs import PlatformReference, TrainJobRun  # noqa: E402
 
 try:
@@ -33,6 +33,9 @@ platform_ref = PlatformReference("platform", run.platform)
 try:
     platform = platform_ref.facts()
     if problems := list(run_problems(run.path(), run.job, platform, stack=f"platform stack {run.platform}")):
+        raise ConfigErrors(problems)
+    # objects the API server cannot store (the check trainctl and the platform's jobs make)
+    if problems := list(size_problems(run.path(), run.job, TrainJobRun.objects(run.key, run.job, platform, run.name))):
         raise ConfigErrors(problems)
 except (ConfigError, DocumentError) as err:  # the run's objects are not registered
     raise pulumi.RunError(str(err)) from None

@@ -11,6 +11,7 @@ from pulumi.runtime.sync_await import _sync_await
 
 import versions
 from config.job_models import JobBase
+from config.schema import ConfigErrors
 from config.settings import Settings
 from infra.registry import ImageMirror
 from infra.storage import CheckpointStorage
@@ -55,6 +56,14 @@ class TrainJobs(pulumi.ComponentResource):
         def o(*deps, **kw) -> pulumi.ResourceOptions:
             return pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[d for d in deps if d is not None], **kw)
 
+        # the facts a run is built from: the same function builds a TrainJob stack's run (workloads/__main__.py)
+        self.platform = job_platform.of_settings(settings, queue=kueue is not None, runtimes=trainer.runtime_names)
+        files = tj.code_files()
+        built = {key: tj.run_objects(tj.WORKLOADS[key], job, self.platform, files=files, image=tj.run_image(job, image, images.copy if images is not None else None))
+                 for key, job in settings.trainjobs.jobs().items()}
+        # objects the API server cannot store are refused before any of them is registered (the check trainctl makes)
+        if too_big := [p for key, objects in built.items() for p in tj.size_problems(f"trainjobs.{key}", settings.trainjobs.jobs()[key], objects)]:
+            raise pulumi.RunError(str(ConfigErrors(too_big)))
         ns = apply_manifest(tj.namespace(ns_name), o())
         if settings.tenants.teams():
             # with teams on the cluster, the stack's jobs are fenced like a team's (their rendezvous
@@ -62,7 +71,6 @@ class TrainJobs(pulumi.ComponentResource):
             labels = {"training-platform/component": "trainjobs"}
             for policy in (tn.ingress_policy(ns_name, labels, name="namespace-isolation"), tn.egress_policy(ns_name, labels, trainer_status=trainer_api.status_server_on(settings.trainer))):
                 apply_manifest(policy, o(ns))
-        files = tj.code_files()
         code = apply_manifest(tj.code_configmap(ns_name, files), o(ns))
         pv_manifest, pvc_manifest = tn.checkpoint_volume(
             ns=ns_name, storage_type=storage.type, volume_handle=storage.volume_handle, capacity_gib=storage.capacity_gib,
@@ -77,14 +85,10 @@ class TrainJobs(pulumi.ComponentResource):
         if kueue is not None:
             queue = [apply_manifest(kq.local_queue(ns_name, kq.TRAINING_QUEUE), o(ns, kueue.training_queue)), *kueue.ready]
         self.jobs = {}
-        # the facts a run is built from: the same function builds a TrainJob stack's run (workloads/__main__.py)
-        self.platform = job_platform.of_settings(settings, queue=kueue is not None, runtimes=trainer.runtime_names)
         for key, job in settings.trainjobs.jobs().items():
-            workload = tj.WORKLOADS[key]
-            job_image = tj.run_image(job, image, images.copy if images is not None else None)
-            runtime_key = tj.runtime_key(workload, job, self.platform)  # its runtime, or that runtime's variant with the job's grace period
+            runtime_key = tj.runtime_key(tj.WORKLOADS[key], job, self.platform)  # its runtime, or that runtime's variant with the job's grace period
             runtime = trainer.runtimes[runtime_key]  # config refuses a job whose runtime is not installed
-            _, manifest = tj.run_objects(workload, job, self.platform, files=files, image=job_image)
+            _, manifest = built[key]
             # TrainJob specs are (mostly) immutable: any change (a new image digest too) replaces the job, deleting the
             # old one first. So does a label change: Kueue v0.19.2 refuses a queue-name change on a running job
             # (pkg/controller/jobframework/validation.go validateUpdateForQueueName) and adds its runtime patch only
@@ -133,11 +137,17 @@ class TrainJobRun(pulumi.ComponentResource):
         """``trainjob_name``: the run's own (never the platform's job of that kind: its checkpoints are its own)."""
         super().__init__("training-platform:workloads:TrainJobRun", name, None, opts)
         workload = dataclasses.replace(tj.WORKLOADS[key], name=trainjob_name)
-        image = tj.run_image(job, platform.image, lambda ref: platform.image_copies[ref])  # job_platform.run_problems refuses a missing copy
-        configmap, manifest = tj.run_objects(workload, job, platform, files=tj.code_files(), image=image, code_prefix=f"{trainjob_name}-code")
+        configmap, manifest = self.objects(key, job, platform, trainjob_name)
         code = apply_manifest(configmap, pulumi.ResourceOptions(parent=self, provider=provider))
         # replaced on any change, the old job deleted first (as the platform's jobs: TrainJobs above)
         self.trainjob = apply_manifest(manifest, pulumi.ResourceOptions(parent=self, provider=provider, depends_on=[code], replace_on_changes=["spec", "metadata.labels"], delete_before_replace=True))
         self.name = workload.name
         self.namespace = platform.namespace
         self.register_outputs({"trainJob": self.name, "namespace": self.namespace})
+
+    @staticmethod
+    def objects(key: str, job: JobBase, platform: JobPlatform, trainjob_name: str) -> tuple[dict, dict]:
+        """The run's code ConfigMap and TrainJob (workloads/__main__.py checks them before registering)."""
+        workload = dataclasses.replace(tj.WORKLOADS[key], name=trainjob_name)
+        image = tj.run_image(job, platform.image, lambda ref: platform.image_copies[ref])  # job_platform.run_problems refuses a missing copy
+        return tj.run_objects(workload, job, platform, files=tj.code_files(), image=image, code_prefix=f"{trainjob_name}-code")

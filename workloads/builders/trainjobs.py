@@ -7,12 +7,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import pathlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from config import catalog
 from config.job_env import env_list
+from config.object_size import MAX_OBJECT_BYTES, size_problem, stored_size
+from config.schema import UNSHOWN, ConfigError
 from config.settings import (
     DEADLINE_INCOMPATIBLE_TRAINERS,
     TF_RUNTIME,
@@ -407,3 +409,17 @@ def run_objects(
         workload, job, platform, code_configmap=configmap["metadata"]["name"], image=image, runtime_name=runtime_name, queue=platform.queue, entry=entry, priority=priority, deps=deps, env=env,
     )
     return configmap, manifest
+
+
+def size_problems(key: str, job: JobBase, objects: Iterable[dict]) -> Iterator[ConfigError]:
+    """A line for each of a run's objects (``run_objects``: its code ConfigMap, its TrainJob) that
+    the API server cannot store (config/object_size.py, the check trainctl makes too), named by
+    the job's config key ``key``, or by its largest environment variable (never its value)."""
+    for obj in objects:
+        if (why := size_problem(obj)) is None:
+            continue
+        sizes = sorted(((len(v.encode()), n) for n, v in job.env.items()), reverse=True) if obj.get("kind") != "ConfigMap" else []
+        # the variable whose value alone makes the difference names the line; else the job
+        where = f"{key}.env.{sizes[0][1]}" if sizes and sizes[0][0] >= stored_size(obj) - MAX_OBJECT_BYTES else key
+        largest = f" (its largest environment values: {', '.join(f'{n} {b} bytes' for b, n in sizes[:3])})" if sizes else ""
+        yield ConfigError(where, UNSHOWN, f"{why}{largest}; allowed: values that fit (a large value belongs in a file the job reads: its image, the checkpoint volume, S3)")
