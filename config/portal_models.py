@@ -66,6 +66,8 @@ class PortalSettings(Section):
     def problems(self, path: str) -> Iterator[ConfigError]:
         for team, login in self.teams.items():  # a map of sections: not reached by problems_of
             yield from problems_of(login, f"{path}.teams.{team}")
+        if self.inbound_cidrs == []:  # a list's items are judged one by one (config/schema.py): an empty one here
+            yield ConfigError(f"{path}.inboundCidrs", [], _check_inbound_cidrs([]) or "")
         if not self.enabled:
             for name in sorted(self.model_fields_set - {"enabled"}, key=lambda n: camel(n)):
                 value = getattr(self, name)

@@ -198,9 +198,10 @@ def load_settings(raw: Mapping[str, Any], *, stack: str, region: str, secret_key
         if obj is None and found:
             obj = repaired_section(cls, raw.get(key))  # its invalid values left at their defaults
             if obj is not None:  # the section's own rules on the values that parsed (not on what was reported,
-                # nor beside a refused or misspelt key, whose value the rule would read as its default or miss)
-                beside = {r.key.rsplit(".", 1)[0] for r in found}
-                errors += [e for e in problems_of(obj, key) if not any(_same_or_within(e.key, r.key) for r in found) and e.key.rsplit(".", 1)[0] not in beside]
+                # nor beside a misspelt key, whose value the rule would miss; a refused value is a Failed marker
+                # in the repaired section, which stops any rule that reads it: config/failed.py)
+                misspelt = {r.key.rsplit(".", 1)[0] for r in found if r.allowed.startswith("unknown key")}
+                errors += [e for e in problems_of(obj, key) if not any(_same_or_within(e.key, r.key) for r in found) and e.key.rsplit(".", 1)[0] not in misspelt]
         sections[_SECTION_ATTR[key]] = obj if obj is not None else cls()
         if obj is not None:
             usable.add(key)

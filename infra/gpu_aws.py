@@ -14,6 +14,7 @@ from config.names import IAM_ROLE, PLACEMENT_GROUP, SQS_QUEUE
 from config.settings import Settings
 from infra.cluster import NODE_POLICIES, Cluster
 from infra.iam import assume_role_policy
+from infra.project_config import offline_render
 from k8s.builders.gpu_objects import KARPENTER_NAMESPACE, KARPENTER_SERVICE_ACCOUNT
 
 # EventBridge events that announce a node going away; Karpenter drains ahead of them. The five
@@ -279,8 +280,8 @@ class GpuAws(pulumi.ComponentResource):
     def _check_quotas(self) -> None:
         """One warning per EC2 on-demand vCPU quota (Service Quotas, by the quota's name) below what
         the enabled jobs need at once (config/costs.py quota_needs): their nodes would never launch.
-        A quota that cannot be read (no servicequotas:GetServiceQuota, an offline render) is named
-        once with what is needed; the deploy goes on either way (a job waits, nothing breaks)."""
+        Quotas that cannot be read (no servicequotas grant) are named once with what is needed (not
+        in an offline render, which has no account); the deploy goes on either way (a job waits)."""
         unread = []
         for quota, vcpus in sorted(costs.quota_needs(self._s).items()):
             try:
@@ -292,7 +293,7 @@ class GpuAws(pulumi.ComponentResource):
             if have < vcpus:
                 pulumi.log.warn(f"EC2 quota {quota!r} is {have:g} vCPUs in {self._s.region}; the enabled jobs need {vcpus} at once: "
                                 f"ask for an increase in Service Quotas, or their nodes never launch", self)
-        if unread:
+        if unread and not offline_render():  # offline no account is there to read: nothing to say
             pulumi.log.warn("EC2 quotas not read, check them in Service Quotas: " + "; ".join(unread), self)
 
     @property
