@@ -33,7 +33,9 @@ def _unshare_prefix(flags: tuple[str, ...] = tuple(MOUNT_NS)) -> list[str] | Non
 
 
 def _mount_steps(mounts: dict[str, str]) -> list[str]:
-    """Shell steps that put each local volume at its container path inside the namespace. A path
+    """Shell steps that put each local volume at its container path inside the namespace (``mount
+    -n``: no userspace mount table to update, which a user namespace mapped to root may not write,
+    and mount(8) then fails a move with exit 16 though the kernel made it). A path
     whose parent does not exist gets a tmpfs over its deepest existing ancestor that mirrors the
     ancestor's entries (bind mounts, so nothing of the host's is hidden or changed); a top-level
     directory the host lacks is made, empty, as the mountpoint."""
@@ -49,17 +51,17 @@ def _mount_steps(mounts: dict[str, str]) -> list[str]:
             if ancestor == pathlib.Path("/"):  # e.g. no /mnt on this machine: an empty mountpoint for it (the root is never mirrored)
                 ancestor = pathlib.Path("/", path.parts[1])
                 steps.append(f"mkdir -p {q(str(ancestor))}")
-            steps.append("T=$(mktemp -d); mount -t tmpfs -o mode=0755 platform-emulator $T")
+            steps.append("T=$(mktemp -d); mount -n -t tmpfs -o mode=0755 platform-emulator $T")
             for entry in entries:
                 name = q(entry.name)
                 if entry.is_symlink():
                     steps.append(f"ln -s {q(os.readlink(entry))} $T/{name}")
                 elif entry.is_dir():
-                    steps.append(f"mkdir $T/{name}; mount --rbind {q(str(entry))} $T/{name}")
+                    steps.append(f"mkdir $T/{name}; mount -n --rbind {q(str(entry))} $T/{name}")
                 else:
-                    steps.append(f"touch $T/{name}; mount --bind {q(str(entry))} $T/{name}")
-            steps.append(f"mkdir -p $T/{q(str(path.relative_to(ancestor)))}; mount --move $T {q(str(ancestor))}; rmdir $T")
-        steps.append(f"mount --bind {shlex.quote(local)} {shlex.quote(target)}")
+                    steps.append(f"touch $T/{name}; mount -n --bind {q(str(entry))} $T/{name}")
+            steps.append(f"mkdir -p $T/{q(str(path.relative_to(ancestor)))}; mount -n --move $T {q(str(ancestor))}; rmdir $T")
+        steps.append(f"mount -n --bind {shlex.quote(local)} {shlex.quote(target)}")
     return steps
 
 
