@@ -197,12 +197,13 @@ PULUMI_CLI_VERSION = "v3.274.1"
 PULUMI_SDK_MODULE = "github.com/pulumi/pulumi/sdk/v3"
 PULUMI_SDK_VERSION = PULUMI_CLI_VERSION
 # The Kubernetes provider: the proxy serves github.com/pulumi/pulumi-kubernetes/provider/v4 at this one
-# pseudo-version only (commit f47bc2d6f199 of 2026-01-15; no tags, other commits "not available"). Its
-# go.mod replaces sdk/v4 by ../sdk and requires sdk/v4 v4.24.0, which the proxy does not serve either:
-# sdk/v4 is pinned to v4.29.0, the first served tag after that commit (v4.22.2, the one before, is of
-# 2025-04). The provider's code is therefore older than the Python SDK requirements.txt pins
-# (pulumi-kubernetes 4.34.2): tools/engine/build.py says how the engine is made to load it.
+# pseudo-version only (no provider/ tags; other commits "not available"). Its commit f47bc2d6f199 is the one
+# the repository's tag v4.25.0 names: the provider release 4.25.0, the version the build stamps. Its go.mod
+# replaces sdk/v4 by ../sdk: built against sdk/v4 v4.25.0 (tag sdk/v4.25.0, the release's SDK commit, one
+# after it, served though `go list -m -versions` does not list it). That release is older than the Python
+# SDK requirements.txt pins (pulumi-kubernetes 4.34.2): tools/engine/build.py says how the engine loads it.
 PULUMI_KUBERNETES_PROVIDER_MODULE = "github.com/pulumi/pulumi-kubernetes/provider/v4"
 PULUMI_KUBERNETES_PROVIDER_VERSION = "v4.0.0-20260115033456-f47bc2d6f199"
+PULUMI_KUBERNETES_PROVIDER_RELEASE = "4.25.0"
 PULUMI_KUBERNETES_SDK_MODULE = "github.com/pulumi/pulumi-kubernetes/sdk/v4"
-PULUMI_KUBERNETES_SDK_GO_VERSION = "v4.29.0"
+PULUMI_KUBERNETES_SDK_GO_VERSION = "v4.25.0"

@@ -47,6 +47,6 @@ def test_units_build_the_pinned_versions_and_stamp_them():
     assert (cli.module, cli.version) == (versions.PULUMI_CLI_MODULE, versions.PULUMI_CLI_VERSION)
     assert f"-X {versions.PULUMI_SDK_MODULE}/go/common/version.Version={versions.PULUMI_CLI_VERSION}" in cli.ldflags
     assert (provider.module, provider.version) == (versions.PULUMI_KUBERNETES_PROVIDER_MODULE, versions.PULUMI_KUBERNETES_PROVIDER_VERSION)
-    assert provider.ldflags.endswith(f"/pkg/version.Version={versions.PULUMI_KUBERNETES_PROVIDER_VERSION.removeprefix('v')}")
+    assert provider.ldflags.endswith(f"/pkg/version.Version={versions.PULUMI_KUBERNETES_PROVIDER_RELEASE}")
     assert provider.replace_pins == {versions.PULUMI_KUBERNETES_SDK_MODULE: versions.PULUMI_KUBERNETES_SDK_GO_VERSION}
     assert cli.bin_dir.parent == provider.bin_dir.parent == build.cache_dir() / "bin"

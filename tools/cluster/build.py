@@ -89,7 +89,8 @@ class Unit:
         except ValueError:
             return False
         # a main of ours rebuilds when its source changes (a stamp from before digests were kept passes)
-        return info.get("ldflags") == self.ldflags and info.get("main", self.main_digest) == self.main_digest
+        same_pins = info.get("replace_pins", {}) == self.replace_pins
+        return info.get("ldflags") == self.ldflags and info.get("main", self.main_digest) == self.main_digest and same_pins
 
     @property
     def main_digest(self) -> str | None:
@@ -264,7 +265,17 @@ def build(unit: Unit, *, echo=print, label: str = "cluster") -> float:
         _run(unit, [go, "build", f"-ldflags={unit.ldflags}", "-o", str(unit.path(binary)), pkg], work, log, env)
     seconds = time.monotonic() - started
     (unit.bin_dir / ".built").write_text(
-        json.dumps({"module": unit.module, "version": unit.version, "seconds": round(seconds, 1), "ldflags": unit.ldflags, **({"main": unit.main_digest} if unit.main is not None else {})}) + "\n"
+        json.dumps(
+            {
+                "module": unit.module,
+                "version": unit.version,
+                "seconds": round(seconds, 1),
+                "ldflags": unit.ldflags,
+                **({"main": unit.main_digest} if unit.main is not None else {}),
+                **({"replace_pins": unit.replace_pins} if unit.replace_pins else {}),
+            }
+        )
+        + "\n"
     )
     echo(f"{label}: built {unit.module}@{unit.version} in {seconds:.0f} s")
     return seconds

@@ -62,8 +62,8 @@ func main() {
 
 
 def provider_version() -> str:
-    """The version the provider binary reports: its module's pseudo-version, as semver."""
-    return versions.PULUMI_KUBERNETES_PROVIDER_VERSION.removeprefix("v")
+    """The version the provider binary reports: the release its commit is."""
+    return versions.PULUMI_KUBERNETES_PROVIDER_RELEASE
 
 
 def _provider_files(package_dir: pathlib.Path) -> None:
@@ -130,14 +130,16 @@ def install_plugins(home: pathlib.Path) -> None:
     """The engine's plugins in ``home`` (a PULUMI_HOME), as links: our language host with the SDK's exec
     script beside it, and the Kubernetes provider as the version the pinned Python SDK asks for.
 
-    Provider versions: the proxy serves the provider's code at one commit only (versions.py), older
-    than the Python SDK's release (requirements.txt). The program's SDK asks the engine for "kubernetes"
+    Provider versions: the proxy serves the provider's code at one commit only, release 4.25.0
+    (versions.py), older than the Python SDK's release (requirements.txt). The program's SDK asks the engine for "kubernetes"
     at its own version (pulumi-plugin.json) and the engine, with ambient plugins off, loads it from
     ``plugins/resource-kubernetes-v<that version>/``: that is where the binary goes, so the engine runs it
-    and never tries a download. The binary keeps reporting its true version (the module's pseudo-version,
-    stamped at build time), so the skew shows wherever the engine prints the plugin's own version. Pinning
-    the Python SDK back to that commit's release would instead change what the whole program is checked
-    against (render, tests) for the engine's sake, and no PyPI release is that commit.
+    and never tries a download. The binary is stamped with its true version (4.25.0, in its
+    GetPluginInfo and schema); the engine does not compare that with the
+    directory's, and ``pulumi about`` lists the directory's, so ``make engine-build`` prints the skew.
+    Stamping the binary as the SDK's version would hide it. Pinning the Python SDK to 4.25.0 instead
+    would make the versions agree, but changes what the whole program is built and checked against
+    (render, tests) nine minor releases back, for the engine's sake: that is the project's call.
     """
     plugins = home / "plugins"
     host = plugins / f"language-python-{versions.PULUMI_CLI_VERSION}"
@@ -182,6 +184,10 @@ def main() -> int:
                 print(f"engine: {binary} {unit.version}: {path} ({path.stat().st_size / 2**20:.0f} MiB, built in {info['seconds']:.0f} s)")
         script = exec_script()
         install_plugins(default_home())
+        print(
+            f"engine: the Kubernetes provider is release {provider_version()} ({versions.PULUMI_KUBERNETES_PROVIDER_MODULE}@{versions.PULUMI_KUBERNETES_PROVIDER_VERSION},"
+            f" the proxy serves no other), installed as the plugin version v{sdk_plugin_version('pulumi_kubernetes')} the pinned Python SDK asks for"
+        )
     except build.BuildError as err:
         print(f"engine build: {err}", file=sys.stderr)
         return 2
