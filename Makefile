@@ -10,7 +10,7 @@ OUT    := out/$(if $(PROJECT),$(PROJECT)/)$(STACK)
 JOB    ?= $(if $(PROJECT),$(STACK),ddp)
 EMULATE_ARGS ?=
 
-.PHONY: venv venv-tf render validate test emulate bench bench-gpu lint policy clean image docs schema golden cost dashboard-preview cluster-up cluster-down cluster-build cluster-build-e2e e2e
+.PHONY: venv venv-tf render validate test emulate bench bench-gpu lint policy clean image docs schema golden cost dashboard-preview cluster-up cluster-down cluster-build cluster-build-e2e e2e engine-build
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -127,3 +127,9 @@ cluster-build-e2e: venv
 ## e2e: the end-to-end tests against real local control planes (each test module brings its stack up and down)
 e2e: venv
 	$(PY) -m pytest -q tests/e2e
+
+## engine-build: the Pulumi engine for `pulumi up` on this machine: the CLI and the Kubernetes provider built from
+## their Go modules at the versions.py pins (cached like cluster-build), our Python language host
+## (tools/engine/) and the plugins in this checkout's PULUMI_HOME, out/engine/pulumi-home
+engine-build: venv
+	$(PY) -m tools.engine.build

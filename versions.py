@@ -185,3 +185,25 @@ ALB_CONTROLLER_IAM_POLICY_SHA256 = "16f232c9d9f79366fe949c4550ad517a202380058a9e
 # file for file the tag's helm/aws-load-balancer-controller. tools/cluster/charts.py checks the version.
 EKS_CHARTS_MODULE = "github.com/aws/eks-charts"
 EKS_CHARTS_MODULE_VERSION = "v0.0.243-0.20260821194545-743f98a89b5b"
+
+# Pulumi engine (tools/engine: `make engine-build`, the engine tests): the CLI and the Kubernetes
+# provider built from their Go modules on the module proxy, cached like the local control plane's
+# components; the Python language host is ours (tools/engine/language_host.py) and runs the
+# pulumi-language-python-exec script of the SDK module at the CLI's version.
+# The CLI: github.com/pulumi/pulumi/pkg/v3 cmd/pulumi; its go.mod replaces sdk/v3 by its sibling
+# directory, built here against sdk/v3 at the same tag (tools.cluster.build.replaced_go_mod).
+PULUMI_CLI_MODULE = "github.com/pulumi/pulumi/pkg/v3"
+PULUMI_CLI_VERSION = "v3.274.1"
+PULUMI_SDK_MODULE = "github.com/pulumi/pulumi/sdk/v3"
+PULUMI_SDK_VERSION = PULUMI_CLI_VERSION
+# The Kubernetes provider: the proxy serves github.com/pulumi/pulumi-kubernetes/provider/v4 at this one
+# pseudo-version only (no provider/ tags; other commits "not available"). Its commit f47bc2d6f199 is the one
+# the repository's tag v4.25.0 names: the provider release 4.25.0, the version the build stamps. Its go.mod
+# replaces sdk/v4 by ../sdk: built against sdk/v4 v4.25.0 (tag sdk/v4.25.0, the release's SDK commit, one
+# after it, served though `go list -m -versions` does not list it). That release is older than the Python
+# SDK requirements.txt pins (pulumi-kubernetes 4.34.2): tools/engine/build.py says how the engine loads it.
+PULUMI_KUBERNETES_PROVIDER_MODULE = "github.com/pulumi/pulumi-kubernetes/provider/v4"
+PULUMI_KUBERNETES_PROVIDER_VERSION = "v4.0.0-20260115033456-f47bc2d6f199"
+PULUMI_KUBERNETES_PROVIDER_RELEASE = "4.25.0"
+PULUMI_KUBERNETES_SDK_MODULE = "github.com/pulumi/pulumi-kubernetes/sdk/v4"
+PULUMI_KUBERNETES_SDK_GO_VERSION = "v4.25.0"

@@ -23,6 +23,7 @@ import re
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import versions
@@ -48,6 +49,11 @@ class Unit:
     binaries: dict[str, str] = field(default_factory=dict)  # binary -> package
     staging: bool = False  # k8s.io/kubernetes: built through a module of ours with replace directives
     main: str | None = None  # Go source of our own main package (the binary's package is then ours)
+    version_var: str | None = None  # a Go string variable the build stamps with ``stamp`` (-X)
+    stamp: str | None = None
+    replaces: bool = False  # copy the module's own replace directives into our build module (replaced_go_mod)
+    replace_pins: dict[str, str] = field(default_factory=dict)  # sibling module -> version, where not the same commit's
+    prepare: Callable[[pathlib.Path], None] | None = None  # writes extra files into our main's package directory
 
     @property
     def name(self) -> str:
@@ -63,6 +69,8 @@ class Unit:
     @property
     def ldflags(self) -> str:
         flags = "-s -w"
+        if self.version_var is not None:
+            flags += f" -X {self.version_var}={self.stamp}"
         if self.staging:
             # what the Kubernetes release build stamps (hack/lib/version.sh): clients such as Kueue
             # parse the API server's /version
@@ -81,7 +89,8 @@ class Unit:
         except ValueError:
             return False
         # a main of ours rebuilds when its source changes (a stamp from before digests were kept passes)
-        return info.get("ldflags") == self.ldflags and info.get("main", self.main_digest) == self.main_digest
+        same_pins = info.get("replace_pins", {}) == self.replace_pins
+        return info.get("ldflags") == self.ldflags and info.get("main", self.main_digest) == self.main_digest and same_pins
 
     @property
     def main_digest(self) -> str | None:
@@ -190,7 +199,36 @@ def staging_go_mod(kubernetes_go_mod: str, version: str) -> str:
     return f"module training-platform.local/kubernetes-build\n\n{go_line}\n\nrequire k8s.io/kubernetes {version}\n\nreplace (\n" + "\n".join(replaces) + "\n)\n"
 
 
-def build(unit: Unit, *, echo=print) -> float:
+def sibling_version(version: str) -> str:
+    """The version of a module that lives in the same repository commit as one at ``version``: the
+    same tag, or for a pseudo-version its commit (``go mod tidy`` writes that as the sibling's own
+    pseudo-version)."""
+    m = re.fullmatch(r"v\d+\.\d+\.\d+-(?:[0-9A-Za-z.]+\.)?\d{14}-([0-9a-f]{12})", version)
+    return m.group(1) if m else version
+
+
+def replaced_go_mod(module: str, version: str, module_go_mod: str, pins: dict[str, str] | None = None) -> str:
+    """Our build module's go.mod for a module whose go.mod has replace directives (which ``go install
+    pkg@version`` refuses): each ``a => b v`` is copied; each ``a => ../dir`` (a sibling module of the
+    same repository) becomes ``a => a <pins[a] or the sibling's version at the same commit>``."""
+    replaces = []
+    body = re.sub(r"//.*", "", module_go_mod)
+    lines = [line.strip() for block in re.findall(r"^replace\s*\((.*?)^\)", body, re.S | re.M) for line in block.splitlines()]
+    lines += re.findall(r"^replace\s+([^(\n].*)$", body, re.M)
+    for line in filter(None, lines):
+        left, _, right = (part.strip() for part in line.partition("=>"))
+        target = right.split()
+        if target[0].startswith(("./", "../")):
+            name = left.split()[0]
+            replaces.append(f"\t{name} => {name} {(pins or {}).get(name, sibling_version(version))}")
+        else:
+            replaces.append(f"\t{left} => {right}")
+    go_line = next((line for line in module_go_mod.splitlines() if line.startswith("go ")), "go 1.24")
+    body = f"module {BUILD_MODULE}\n\n{go_line}\n\nrequire {module} {version}\n"
+    return body + ("\nreplace (\n" + "\n".join(replaces) + "\n)\n" if replaces else "")
+
+
+def build(unit: Unit, *, echo=print, label: str = "cluster") -> float:
     """Build ``unit`` unless it is built; the seconds it took (0.0 when cached)."""
     if unit.built:
         return 0.0
@@ -203,11 +241,13 @@ def build(unit: Unit, *, echo=print) -> float:
     unit.bin_dir.mkdir(parents=True)
     log = work / "build.log"
     env = {**os.environ, "GOFLAGS": "-trimpath -buildvcs=false", "CGO_ENABLED": "0"}
-    echo(f"cluster: building {unit.module}@{unit.version} ({', '.join(unit.binaries)}); log {log}")
+    echo(f"{label}: building {unit.module}@{unit.version} ({', '.join(unit.binaries)}); log {log}")
     # a module of ours that requires the component (``go install pkg@version`` asks the proxy for the
     # module's version list to check deprecation, which a proxy may refuse)
     if unit.staging:
         go_mod = staging_go_mod(_download(unit.module, unit.version, "GoMod", env).read_text(), unit.version)
+    elif unit.replaces:
+        go_mod = replaced_go_mod(unit.module, unit.version, _download(unit.module, unit.version, "GoMod", env).read_text(), unit.replace_pins)
     else:
         go_mod = f"module {BUILD_MODULE}\n\ngo 1.24\n\nrequire {unit.module} {unit.version}\n"
     (work / "go.mod").write_text(go_mod)
@@ -215,6 +255,8 @@ def build(unit: Unit, *, echo=print) -> float:
         for binary in unit.binaries:
             (work / binary).mkdir()
             (work / binary / "main.go").write_text(unit.main)
+            if unit.prepare is not None:
+                unit.prepare(work / binary)
     else:
         imports = "\n".join(f'\t_ "{pkg}"' for pkg in unit.binaries.values())
         (work / "tools.go").write_text(f"//go:build tools\n\npackage tools\n\nimport (\n{imports}\n)\n")
@@ -222,8 +264,20 @@ def build(unit: Unit, *, echo=print) -> float:
     for binary, pkg in unit.binaries.items():
         _run(unit, [go, "build", f"-ldflags={unit.ldflags}", "-o", str(unit.path(binary)), pkg], work, log, env)
     seconds = time.monotonic() - started
-    (unit.bin_dir / ".built").write_text(json.dumps({"module": unit.module, "version": unit.version, "seconds": round(seconds, 1), "ldflags": unit.ldflags, **({"main": unit.main_digest} if unit.main is not None else {})}) + "\n")
-    echo(f"cluster: built {unit.module}@{unit.version} in {seconds:.0f} s")
+    (unit.bin_dir / ".built").write_text(
+        json.dumps(
+            {
+                "module": unit.module,
+                "version": unit.version,
+                "seconds": round(seconds, 1),
+                "ldflags": unit.ldflags,
+                **({"main": unit.main_digest} if unit.main is not None else {}),
+                **({"replace_pins": unit.replace_pins} if unit.replace_pins else {}),
+            }
+        )
+        + "\n"
+    )
+    echo(f"{label}: built {unit.module}@{unit.version} in {seconds:.0f} s")
     return seconds
 
 
