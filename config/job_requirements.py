@@ -43,14 +43,15 @@ from config.secrets import secret_shape
 
 REQUIREMENTS_FILE = "requirements.txt"
 # pip's options in a requirements file (pip ``req/req_file.py`` SUPPORTED_OPTIONS and the per-requirement
-# SUPPORTED_OPTIONS_REQ, read by optparse): long option -> (its short option, whether it takes a value).
+# SUPPORTED_OPTIONS_REQ, read by optparse; the union of pip 23 to 26: --global-option until 24, --no-require-hashes,
+# --all-releases, --only-final since): long option -> (its short option, whether it takes a value).
 # optparse takes a unique prefix of a long option (``--extra-index`` is ``--extra-index-url``) and a short
 # option's value glued to it (``-fhttps://...``, ``-e.``, ``-rmore.txt``).
 PIP_OPTIONS: dict[str, tuple[str | None, bool]] = {
     "--index-url": ("-i", True), "--extra-index-url": (None, True), "--no-index": (None, False), "--constraint": ("-c", True), "--requirement": ("-r", True),
     "--editable": ("-e", True), "--find-links": ("-f", True), "--no-binary": (None, True), "--only-binary": (None, True), "--prefer-binary": (None, False),
     "--require-hashes": (None, False), "--pre": (None, False), "--trusted-host": (None, True), "--use-feature": (None, True), "--global-option": (None, True),
-    "--config-settings": (None, True), "--hash": (None, True),
+    "--config-settings": ("-C", True), "--hash": (None, True), "--no-require-hashes": (None, False), "--all-releases": (None, True), "--only-final": (None, True),
 }
 _SHORT = {short: long for long, (short, _) in PIP_OPTIONS.items() if short}
 _INDEX_OPTIONS = ("--index-url", "--extra-index-url", "--trusted-host")

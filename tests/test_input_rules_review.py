@@ -174,8 +174,10 @@ def test_a_glued_included_file_is_judged_too():
 
 
 def test_valid_option_spellings_pass():
-    text = "--no-index\n-fwheels\n--find-links=wheels\n--pre\n--prefer-binary\n--only-binary=:all:\n-rmore.txt\n-c more.txt\nnumpy --hash=sha256:" + SHA256 + "\n"
-    assert _req(text, **{"more.txt": "tinydep==0.1\n"}) == []
+    text = ("--no-index\n-fwheels\n--find-links=wheels\n--pre\n--prefer-binary\n--only-binary=:all:\n-rmore.txt\n-c more.txt\nnumpy --hash=sha256:" + SHA256 + "\n"
+            "--require-hashes\n--use-feature=truststore\npkg -C key=value --config-settings=k=v\n--ext https://x.example/simple-is-refused-below\n")
+    (found,) = _req(text, **{"more.txt": "tinydep==0.1\n"})
+    assert found.startswith("requirements.txt line 13: --extra-index-url: an index setting"), found
 
 
 # --- 4: hashes and commits are no credentials; SSH URLs need a key ----------------------------------------------
