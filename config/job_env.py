@@ -25,8 +25,12 @@ Rules:
   change no path and stay a job's), torchrun starts one worker per GPU the device plugin gave
   (``CUDA_VISIBLE_DEVICES``) and trainctl's local mode marks a job's processes (``TRAINCTL_*``).
   A job's entry replaces the image's, so ``PATH=/nonexistent`` is a container that never starts;
+* a name shaped like a credential (a token pasted as the name, ``ghp_...=1``) is refused, never shown;
 * a plain value that looks like a credential is refused, by its name (:func:`config.secrets.name_says_secret`:
-  a word of the name such as ``PASS``, ``PASSWORD``, ``SECRET``, ``TOKEN``, ``KEY``, ``CREDENTIALS``)
+  a word of the name such as ``PASS``, ``PASSWORD``, ``SECRET``, ``TOKEN``, ``KEY``, ``AUTH``, ``CREDENTIALS``,
+  or a word ending in a long one, ``PGPASSWORD``, ``HFTOKEN``; the value itself credential-like by
+  :func:`config.secrets.named_secret_value`: not a short plain word, a number, an absolute path or a
+  tokenizer's token such as ``<pad>``)
   or by its shape (:func:`config.secrets.secret_shape`: known token prefixes, long hex strings,
   random-looking base64 strings, URLs with a password): a TrainJob's env is stored in plain text
   and anyone who can read the job sees it. Such a value goes into a Secret (``trainctl secret
@@ -94,7 +98,8 @@ START_PREFIXES: dict[str, str] = {
     "PYTHON": "the Python interpreter reads it before the platform's launcher runs (PYTHONHOME, PYTHONPATH, PYTHONSTARTUP, ...: where Python and its modules are found; the launcher puts the code's requirements.txt first on PYTHONPATH)",
     "TRAINCTL_": "trainctl's local mode marks every process of a job with TRAINCTL_LOCAL_JOB (how trainctl delete --local finds them)",
 }
-PYTHON_SWITCHES = ("PYTHONUNBUFFERED", "PYTHONFAULTHANDLER", "PYTHONHASHSEED", "PYTHONWARNINGS", "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING", "PYTHONUTF8", "PYTHONTRACEMALLOC", "PYTHONDEVMODE")
+PYTHON_SWITCHES = ("PYTHONUNBUFFERED", "PYTHONFAULTHANDLER", "PYTHONHASHSEED", "PYTHONWARNINGS", "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING", "PYTHONUTF8", "PYTHONTRACEMALLOC", "PYTHONDEVMODE",
+                   "PYTHONOPTIMIZE", "PYTHONSAFEPATH", "PYTHONNOUSERSITE")
 """The interpreter's switches that change no path (Python docs, "Environment variables"): a job's to set."""
 OVERRIDABLE = ("NCCL_DEBUG", "PYTHONUNBUFFERED")
 """Runtime env a job may change (k8s/builders/runtimes.py BASE_ENV): a job's entry replaces the runtime's."""
@@ -123,7 +128,9 @@ def start_why(name: str) -> str | None:
 
 
 def name_problem(name: str) -> str | None:
-    """Why ``name`` may not be a job's variable, or None."""
+    """Why ``name`` may not be a job's variable, or None (never holding the name)."""
+    if secret_shape(name) is not None:  # a token pasted as the name (--env ghp_...=1) would be rendered into the job
+        return "the name has the shape of a credential (a token pasted as the name?); a TrainJob's env is stored in plain text; allowed: a variable name, its value in a Secret (" + SECRET_HINT + ")"
     if not ENV_NAME_RE.fullmatch(name) or len(name) > NAME_MAX:
         return f"not a variable name; allowed: a letter or _, then letters, digits and _ (at most {NAME_MAX} characters)"
     why = reserved_why(name)

@@ -49,12 +49,13 @@ def _unshown(text: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "LD_BIND_NOW", "GLIBC_TUNABLES", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP",
-                                  "PYTHONNOUSERSITE", "PYTHONSAFEPATH", "PYTHON_GIL", "CUDA_VISIBLE_DEVICES", "TRAINCTL_LOCAL_JOB"])
+                                  "PYTHON_GIL", "CUDA_VISIBLE_DEVICES", "TRAINCTL_LOCAL_JOB"])
 def test_names_the_containers_start_depends_on_are_refused(name):
     assert "the job's start depends on it" in (job_env.name_problem(name) or "")
 
 
-@pytest.mark.parametrize("name", ["NCCL_DEBUG", "PYTHONUNBUFFERED", "PYTHONHASHSEED", "PYTHONFAULTHANDLER", "PYTHONWARNINGS", "MY_PATH", "LDAP_HOST", "HOME", "OMP_NUM_THREADS", "path"])
+@pytest.mark.parametrize("name", ["NCCL_DEBUG", "PYTHONUNBUFFERED", "PYTHONHASHSEED", "PYTHONFAULTHANDLER", "PYTHONWARNINGS", "MY_PATH", "LDAP_HOST", "HOME", "OMP_NUM_THREADS", "path",
+                                  "PYTHONOPTIMIZE", "PYTHONSAFEPATH", "PYTHONNOUSERSITE"])  # interpreter switches (item 6 of the review): a job's to set
 def test_names_of_the_same_shape_a_job_may_set(name):
     assert job_env.name_problem(name) is None
 

@@ -13,7 +13,9 @@ through the volume's ``items``.
 
 A top-level ``requirements.txt`` (what the launcher installs) is judged by
 ``config/job_requirements.py``: credentials, index settings and what exists only on this machine
-are refused, a line each, before anything is sent. A file or directory that cannot be read is
+are refused, a line each, before anything is sent. It and the files it includes are decoded as pip
+decodes them (a byte-order mark: UTF-8, UTF-16, UTF-32; else UTF-8), whatever ``data`` or ``binaryData``
+holds them; one pip could not decode is refused. A file or directory that cannot be read is
 named with the reason (a :class:`CodeError`), never taken for a network failure.
 
 Size: the API server refuses a ConfigMap whose values add up to more than 1 MiB (1048576 bytes):
@@ -158,9 +160,9 @@ def requirements_problems(files: dict[str, str | bytes], paths: dict[str, str]) 
     """The code's top-level requirements.txt (and the shipped files it includes) by
     ``config/job_requirements.py``: a line per problem, never a line's text."""
 
-    def read(rel: str) -> str | None:
+    def read(rel: str) -> bytes | None:  # the file's bytes: decoded as pip decodes them (a byte-order mark, UTF-16), or refused
         content = files.get(paths.get(rel, ""))
-        return content if isinstance(content, str) else None
+        return content.encode("utf-8") if isinstance(content, str) else content
 
     return job_requirements.problems(read, set(paths))
 

@@ -24,6 +24,7 @@ from config import catalog, job_env, trainjob_names
 from config.effect_rules import RESERVED_NAMESPACE_PREFIX
 from config.job_models import system_namespaces
 from config.schema import problems_of, repaired_section, validate_section
+from config.secrets import REDACTED, looks_secret, shown, unshown_in
 from config.settings import AZ_RE, DNS_LABEL_RE, KUEUE_INCOMPATIBLE_TRAINERS, TF_RUNTIME, TORCH_RUNTIME, JobBase, TrainerSettings
 from k8s.builders import trainer_api
 from k8s.builders.kueue import PRIORITIES
@@ -97,7 +98,7 @@ def job_shape_problems(req: Request) -> list[str]:
     lines = []
     for p in problems:
         key = p.key.lstrip(".").split("[")[0]
-        lines.append(f"{FLAGS.get(key, key)} {p.value!r}: {p.allowed}")
+        lines.append(f"{FLAGS.get(key, key)} {shown(p.value, key)}: {unshown_in(p.allowed, p.value, key)}")
     return lines
 
 
@@ -121,31 +122,31 @@ def problems(req: Request) -> list[str]:
     """Every problem of the request, one line each (no value that may be a secret is shown)."""
     problems = []
     if req.runtime not in RUNTIMES:
-        problems.append(f"unknown runtime {req.runtime!r}; allowed: {', '.join(RUNTIMES)}")
+        problems.append(f"unknown runtime {shown(req.runtime)}; allowed: {', '.join(RUNTIMES)}")
     if not DNS_LABEL_RE.fullmatch(req.namespace):
-        problems.append(f"--namespace {req.namespace!r} is not a namespace name (a DNS label such as vision)")
+        problems.append(f"--namespace {shown(req.namespace)} is not a namespace name (a DNS label such as vision)")
     elif (what := system_namespaces().get(req.namespace)) is not None or req.namespace.startswith(RESERVED_NAMESPACE_PREFIX):
         # the namespaces the stack's config refuses for jobs (config/effect_rules.py): refused before the dry run prints a job there
         held = what or f"the {RESERVED_NAMESPACE_PREFIX} prefix is Kubernetes' own"
         problems.append(f"--namespace {req.namespace}: not a team's namespace ({held}); allowed: your team's namespace")
     problems += job_shape_problems(req)
     if req.name is not None and (why := trainjob_names.name_problem(req.name, max(req.nodes, 1))) is not None:
-        problems.append(f"--name {req.name!r}: {why}")
+        problems.append(f"--name {shown(req.name)}: {why}")
     if req.resume_from is not None and (why := trainjob_names.name_problem(req.resume_from, 1)) is not None:  # any job that ran: 1 node at least
-        problems.append(f"--resume-from {req.resume_from!r}: {why} (the name of the job whose checkpoints to start from)")
+        problems.append(f"--resume-from {shown(req.resume_from)}: {why} (the name of the job whose checkpoints to start from)")
     elif req.resume_from is not None and req.resume_from == req.name:
-        problems.append(f"--resume-from {req.resume_from}: the job's own name; a job resumes from its own checkpoints without it")
+        problems.append(f"--resume-from {shown(req.resume_from)}: the job's own name; a job resumes from its own checkpoints without it")
     if req.deps_timeout is not None and not DEPS_TIMEOUT_MIN <= req.deps_timeout <= DEPS_TIMEOUT_MAX:
         problems.append(f"--deps-timeout {req.deps_timeout}: allowed: {DEPS_TIMEOUT_MIN} to {DEPS_TIMEOUT_MAX} seconds")
     if req.trainer_version not in versions.TRAINER_VERSIONS:
-        problems.append(f"--trainer-version {req.trainer_version!r}; allowed: {', '.join(versions.TRAINER_VERSIONS)}")
+        problems.append(f"--trainer-version {shown(req.trainer_version)}; allowed: {', '.join(versions.TRAINER_VERSIONS)}")
     if req.priority is not None and req.priority not in PRIORITIES:
-        problems.append(f"--priority {req.priority!r}: allowed: {', '.join(PRIORITIES)}")
+        problems.append(f"--priority {shown(req.priority)}: allowed: {', '.join(PRIORITIES)}")
     elif req.priority is not None and req.trainer_version in KUEUE_INCOMPATIBLE_TRAINERS:
         # a priority is Kueue's (a WorkloadPriorityClass label), and no queue is written there
         problems.append(f"--priority: Trainer {req.trainer_version} jobs do not go through Kueue (it needs Trainer v2.2 or later), so a priority would do nothing; leave it out")
     if req.efa_zone is not None and not AZ_RE.fullmatch(req.efa_zone):
-        problems.append(f"--efa-zone {req.efa_zone!r}: allowed: an AZ name such as us-west-2a")
+        problems.append(f"--efa-zone {shown(req.efa_zone)}: allowed: an AZ name such as us-west-2a")
     elif req.efa_zone is not None and (known := catalog.catalog()).get(req.instance_type) is not None and not known[req.instance_type].efa:
         efa_types = sorted(t for t, spec in known.items() if spec.efa)
         problems.append(f"--efa-zone: instance type {req.instance_type} has no EFA (the GPU catalog); pass --instance-type with one that has, such as {', '.join(efa_types[:4])} ({len(efa_types)} in all)")
@@ -247,7 +248,7 @@ def efa_image_warning(req: Request, facts: dict[str, Any] | None) -> str | None:
     if known and req.image == known:
         return None
     platform = f"the platform's training image ({known})" if known else "the platform's training image (trainctl submit without --image uses it)"
-    return (f"--image {req.image} with --efa-zone: not {platform}, the one known to carry EFA's software (libfabric, aws-ofi-nccl); "
+    return (f"--image {REDACTED if looks_secret('image', req.image) else req.image} with --efa-zone: not {platform}, the one known to carry EFA's software (libfabric, aws-ofi-nccl); "
             "an image without them does not use EFA: NCCL falls back to TCP sockets, much slower")
 
 
@@ -260,7 +261,7 @@ def entry(req: Request, bundle: CodeBundle) -> dict[str, Any]:
     would otherwise fail on every node after its GPUs were launched."""
     script = next((a for a in req.command[:2] if a.endswith(SCRIPT_SUFFIXES) and not a.startswith("-")), None)
     if script is not None and not script.startswith("/") and (script[2:] if script.startswith("./") else script) not in bundle.paths:
-        raise SubmitError(f"the command runs {script!r}, which is not in the code dir {str(bundle.root)!r} (its files: {', '.join(sorted(bundle.paths)[:5])}{', ...' if len(bundle.paths) > 5 else ''})")
+        raise SubmitError(f"the command runs {shown(script)}, which is not in the code dir {str(bundle.root)!r} (its files: {', '.join(sorted(bundle.paths)[:5])}{', ...' if len(bundle.paths) > 5 else ''})")
     command = [_resolve(a, bundle) for a in req.command]
     # one failure policy for all code: the platform's launcher runs the user's workers, so an exit
     # code 2 or 3 fails the job at once (the runtime's podFailurePolicy) instead of being retried
@@ -290,7 +291,7 @@ def with_launcher(bundle: CodeBundle) -> CodeBundle:
     taken = [name for name in SHIPPED if name in bundle.paths or name in bundle.files or any(rel.startswith(name + "/") for rel in bundle.paths)]
     if taken:
         kind = "file" if taken[0] in bundle.paths or taken[0] in bundle.files else "directory"
-        raise SubmitError(f"the code dir has a {kind} named {taken[0]!r}, the name of one of the platform's files beside your code ({', '.join(SHIPPED)}); rename it")
+        raise SubmitError(f"the code dir has a {kind} named {shown(taken[0])}, the name of one of the platform's files beside your code ({', '.join(SHIPPED)}); rename it")
     shipped = {name: (tj.PROGRAMS_DIR / source).read_text() for name, source in SHIPPED.items()}
     return replace(bundle, files={**bundle.files, **shipped}, paths={**bundle.paths, **{name: name for name in shipped}})
 

@@ -5,8 +5,9 @@ written, and the refusal never shows it.
 
 An argument looks like a credential when
 
-- its value has the shape of one (``config.schema.looks_secret``: Hugging Face, GitHub, Slack,
-  OpenAI-style tokens, AWS access key ids, PEM private keys, ...), or is a URL with a password
+- its value has the shape of one (``config.secrets.secret_shape``, the rule of a job's env values:
+  Hugging Face, GitHub, GitLab, PyPI, Slack, OpenAI-style tokens, JWTs, AWS access key ids, PEM private
+  keys, long hex strings, random-looking base64 strings, ...), or is a URL with a password
   (``https://user:password@host``);
 - or a flag or variable named like one gives it a literal value: ``--hf-token X``,
   ``--api-key=X``, ``WANDB_API_KEY=X``. A reference to the environment (``$HF_TOKEN``,
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-from config.schema import looks_secret
+from config.secrets import secret_shape
 
 # a flag or variable name that says its value is a credential (its last word: ...token, ...secret, ...)
 _NAME = re.compile(r"(^|[-_])(token|secret|pass|passw(or)?d|pwd|key|api[-_]?key|access[-_]?key|secret[-_]?key|private[-_]?key|auth[-_]?key|wandb[-_]?key|credentials?)$", re.IGNORECASE)
@@ -50,9 +51,10 @@ def _literal(value: str, name: str) -> bool:
 def _shaped(value: str, flag: str | None) -> bool:
     if _URL_PASSWORD.search(value) or _AUTH_HEADER.search(value):
         return True
-    if not looks_secret("", value):
+    # the one rule of a job's values (config/secrets.py secret_shape); the flag before names the value
+    # (a 40-hex value after --revision/--commit is a git commit, not a key)
+    if secret_shape(value, flag or "") is None:
         return False
-    # a 40-hex value after --revision/--commit is a git commit, not a key
     return not (_GIT_SHA.fullmatch(value) and flag is not None and _REVISION.search(flag))
 
 

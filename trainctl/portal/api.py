@@ -11,6 +11,7 @@ from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from config.secrets import shown
 from trainctl.portal.identity import Caller, Unauthorized
 from trainctl.portal.service import JobSpec, Problems, request_of
 from trainctl.portal.upload import MAX_UPLOAD_BYTES, Part
@@ -80,9 +81,9 @@ def _mutation_allowed(request: Request, caller: Caller, *, json_body: bool) -> N
 
 def _namespace_problems(caller: Caller, ns: str) -> list[dict[str, str]]:
     if caller.via == "alb" and ns != caller.namespace:
-        return [{"field": "namespace", "problem": f"{ns[:63]!r} is not your team's namespace ({caller.namespace})"}]
+        return [{"field": "namespace", "problem": f"{shown(ns[:63])} is not your team's namespace ({caller.namespace})"}]
     if caller.via == "local" and ns != caller.namespace:  # trainctl ui --local: the jobs of this machine
-        return [{"field": "namespace", "problem": f"{ns[:63]!r}: local jobs are in namespace {caller.namespace}"}]
+        return [{"field": "namespace", "problem": f"{shown(ns[:63])}: local jobs are in namespace {caller.namespace}"}]
     return []
 
 

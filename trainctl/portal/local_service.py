@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from config.secrets import shown
 from trainctl import diagnose, local, objects, progress
 from trainctl.portal.identity import Caller
 from trainctl.portal.service import JobSpec, Problems, code_bundle, gpus_of, request_of
@@ -48,7 +49,7 @@ class LocalPortal:
 
     def _dir(self, namespace: str, name: str):
         if namespace != LOCAL_NAMESPACE:
-            raise Problems([{"field": "namespace", "problem": f"{namespace[:63]!r}: local jobs are in namespace {LOCAL_NAMESPACE} (trainctl ui --local)"}])
+            raise Problems([{"field": "namespace", "problem": f"{shown(namespace[:63])}: local jobs are in namespace {LOCAL_NAMESPACE} (trainctl ui --local)"}])
         try:
             d = local.job_dir(name)
         except local.LocalError as err:
@@ -81,7 +82,7 @@ class LocalPortal:
     # --- jobs ----------------------------------------------------------------------------------
 
     def create(self, caller: Caller, spec: JobSpec, files: list) -> dict[str, Any]:  # noqa: ARG002
-        problems = [] if spec.namespace == LOCAL_NAMESPACE else [{"field": "namespace", "problem": f"{str(spec.namespace)[:63]!r}: local jobs are in namespace {LOCAL_NAMESPACE}"}]
+        problems = [] if spec.namespace == LOCAL_NAMESPACE else [{"field": "namespace", "problem": f"{shown(str(spec.namespace)[:63])}: local jobs are in namespace {LOCAL_NAMESPACE}"}]
         try:
             req = request_of(spec, None, local=True)  # the cluster path's checks, on the GPU catalog, and no Secret references
         except Problems as err:

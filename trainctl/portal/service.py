@@ -23,6 +23,7 @@ from typing import Any
 from kubernetes import client
 
 from config import catalog
+from config.secrets import shown
 from trainctl import jobstate, objects, progress, usage
 from trainctl.code import CodeError, collect
 from trainctl.kube import ClusterError, KubeApi
@@ -125,7 +126,7 @@ def request_of(spec: JobSpec, facts: dict | None, *, local: bool = False) -> obj
     runtime = FRAMEWORKS.get(str(spec.framework).lower())
     if runtime is None:
         extra = " (MPI: this platform has no MPI runtime that trainctl or the portal submits to)" if str(spec.framework).lower() == "mpi" else ""
-        problems.append(_problem("framework", f"{str(spec.framework)[:40]!r}: allowed: pytorch, tensorflow{extra}"))
+        problems.append(_problem("framework", f"{shown(str(spec.framework)[:40])}: allowed: pytorch, tensorflow{extra}"))
     nodes = _int("config.num_nodes", spec.num_nodes, problems, lo=1, hi=1000)
     gpus = _int("config.gpu_per_node", spec.gpu_per_node, problems, lo=1, hi=max(i.gpus for i in catalog.catalog().values()))
     cpus = _int("config.cpu_per_node", spec.cpu_per_node, problems, lo=1, hi=max(i.vcpu for i in catalog.catalog().values()), required=False)
