@@ -40,6 +40,17 @@ class _StrictLoader(GoYamlLoader):
     a key that is not a string, which the CLI refuses ("expected only string keys":
     sdk/go/common/workspace/project.go SimplifyMarshalledValue)."""
 
+    anchor_names: dict[int, str]
+
+    def compose_document(self) -> yaml.Node | None:
+        # the composer forgets its anchors after a document; keep their names for messages
+        self.get_event()  # DocumentStart
+        node = self.compose_node(None, None)  # type: ignore[arg-type]
+        self.get_event()  # DocumentEnd
+        self.anchor_names = {id(n): name for name, n in self.anchors.items()}
+        self.anchors = {}
+        return node
+
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[str] = set()
         for key_node, _ in node.value:
@@ -66,25 +77,32 @@ MAX_ALIASES = 50
 MAX_EXPANDED_NODES = 20_000
 
 
-def _expanded_size(node: yaml.Node) -> tuple[int, int]:
+def _expanded_size(node: yaml.Node, anchors: Mapping[int, str] | None = None) -> tuple[int, int]:
     """(alias uses, nodes after expanding every alias) of a composed document, without expanding:
-    a node met again is an alias use, and its size is remembered."""
+    a node met again is an alias use, and its size is remembered. A node met again while it is
+    still being walked is an alias inside its own anchor's value, which yaml.v3 refuses ("anchor
+    'x' value contains itself"); ``anchors`` names the anchored nodes (by ``id``) for that message."""
     sizes: dict[int, int] = {}
+    walking: set[int] = set()
     aliases = 0
 
     def size(n: yaml.Node, depth: int = 0) -> int:
         nonlocal aliases
+        if id(n) in walking:  # an alias inside the node it names: yaml.v3 refuses it
+            anchor = (anchors or {}).get(id(n))
+            raise GoYamlRefused(f"anchor '{anchor}' value contains itself" if anchor else "an anchor's value contains itself", n)
         if id(n) in sizes:
             aliases += 1
             return sizes[id(n)]
         if depth > 200:  # nesting no config needs (and Python's recursion limit)
             raise StackFileError(f"nested more than 200 levels deep (line {n.start_mark.line + 1})")
-        sizes[id(n)] = 1  # a cycle counts once (the constructor refuses recursive structures elsewhere)
+        walking.add(id(n))
         total = 1
         if isinstance(n, yaml.SequenceNode):
             total += sum(size(c, depth + 1) for c in n.value)
         elif isinstance(n, yaml.MappingNode):
             total += sum(size(k, depth + 1) + size(v, depth + 1) for k, v in n.value)
+        walking.discard(id(n))
         sizes[id(n)] = total
         return total
 
@@ -123,7 +141,7 @@ def load_stack_file(path: str | os.PathLike[str], project: str = PROJECT) -> dic
     try:
         node = loader.get_single_node()
         if node is not None:
-            aliases, expanded = _expanded_size(node)
+            aliases, expanded = _expanded_size(node, getattr(loader, "anchor_names", {}))
             if aliases > MAX_ALIASES or expanded > MAX_EXPANDED_NODES:
                 raise StackFileError(
                     f"{name}: refused before expanding: {aliases} alias uses expanding to {expanded} values (allowed: at most {MAX_ALIASES} aliases and {MAX_EXPANDED_NODES} values)"

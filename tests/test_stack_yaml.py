@@ -94,6 +94,10 @@ BAD_FILES = {
         "  training-platform:tenants:\n    1.30:\n      gpuQuota: 1\n",
         'Pulumi.case.yaml:4: the key 1.30 is read as a number, and Pulumi takes only string keys; quote it: "1.30"',
     ),
+    "recursive-alias": (
+        "  training-platform:trainjobs: {ddp: &x {extraArgs: [*x]}}\n",
+        "Pulumi.case.yaml:3: anchor 'x' value contains itself",
+    ),
     "inf": ("  training-platform:gpuPool:\n    gpuLimit: .inf\n", "Pulumi.case.yaml:4: .inf is not a finite number, which Pulumi cannot hold in config (JSON); quote it for a string"),
 }
 
