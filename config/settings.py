@@ -177,6 +177,9 @@ def load_settings(raw: Mapping[str, Any], *, stack: str, region: str, secret_key
     """Validate the whole project config; raise one ConfigErrors listing every problem.
     ``secret_keys``: the top-level keys Pulumi holds as secrets (infra/project_config.py
     secret_config_keys); given, a secret in plain text is refused (None: not known, not judged)."""
+    # a section given without a value (``portal:``, ``~``) reaches the program as "" from Pulumi
+    # (a null config value is the empty text): the empty section, every value at its default
+    raw = {k: None if k in SECTIONS and v == "" else v for k, v in raw.items()}
     errors: list[ConfigError] = []
     if secret_keys is not None:
         errors += plain_secret_problems(raw.get("portal"), "portal" in secret_keys)

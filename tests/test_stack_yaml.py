@@ -231,3 +231,21 @@ def test_the_schema_agrees():
     assert _schema_errors(HEAD + "  portal:\n    enabled: true\n") == []
     assert _schema_errors(HEAD + "  portal: {}\n  training-platform:portal: {}\n") == ["config"]
     assert _schema_errors(HEAD + "  training-platform:tenants:\n    no:\n      gpuQuota: 1\n") == []
+
+
+# --- a section without a value: what Pulumi passes, and what the program makes of it ---------------
+
+
+@pytest.mark.parametrize("empty", ["", " ~", " null"])
+def test_a_section_without_a_value_is_the_empty_section_offline_as_in_pulumi(project, tmp_path, capsys, empty):
+    text = HEAD + f"  training-platform:portal:{empty}\n"
+    # Pulumi hands a key without a value to the program as the empty text (not "null")
+    texts, _ = config_map("training-platform", {"config": {"portal": {"default": {}}}}, load_stack_file(_write(tmp_path, text)))
+    assert texts["training-platform:portal"] == ""
+    rc, printed = _render(project, tmp_path, capsys, text)
+    assert rc == 0, printed
+
+
+def test_an_empty_text_section_is_the_unset_section():
+    assert load_settings({"portal": ""}, stack="dev", region="us-west-2").portal == load_settings({}, stack="dev", region="us-west-2").portal
+    assert load_settings({"portal": None, "trainer": ""}, stack="dev", region="us-west-2").trainer == load_settings({}, stack="dev", region="us-west-2").trainer
