@@ -65,3 +65,18 @@ def test_portal_inbound_cidrs_repeated_and_one_line_for_one_key():
         load_settings(teams_stack(portal=portal(inboundCidrs=["10.1.0.0/16", "10.1.0.0/16"])), stack="teams", region="us-west-2")
     assert [e.key for e in err.value.errors] == ["portal.inboundCidrs[1]"] and "also inboundCidrs[0]" in str(err.value)
     assert keys(teams_stack(portal={"enabled": False, "inboundCidrs": []})) == ["portal.inboundCidrs = []"]
+
+
+# --- trainctl names the variable that makes a TrainJob too large, as the render does ----------------
+
+
+def test_trainctl_blames_the_large_environment_value_not_the_code_files(tmp_path):
+    from trainctl.code import collect
+    from trainctl.objects import Request, SubmitError, build
+
+    (tmp_path / "train.py").write_text("print(1)\n")
+    with pytest.raises(SubmitError) as err:
+        build(Request(namespace="vision", nodes=2, command=["python", "train.py"], env=(("BIG", "x" * 2_000_000), ("SMALL", "1"))), collect(tmp_path))
+    message = str(err.value)
+    assert message.startswith("--env BIG: its TrainJob ") and "etcd" in message and "BIG 2000000 bytes" in message and "SMALL 1 bytes" in message
+    assert "ship fewer files" not in message and "x" * 100 not in message and len(message.splitlines()) == 1

@@ -362,7 +362,7 @@ def build(req: Request, bundle: CodeBundle) -> tuple[dict, dict]:
         for volume in pod.get("volumes", []):
             if volume["name"] == tj.CODE_VOLUME:
                 volume["configMap"]["items"] = items
-    too_big = object_problems(bundle.root, len(bundle.paths), [configmap, trainjob])  # what the API server can store
+    too_big = object_problems(bundle.root, len(bundle.paths), [configmap, trainjob], dict(req.env))  # what the API server can store
     if too_big:
         raise SubmitError("\n".join(too_big))
     return configmap, trainjob
