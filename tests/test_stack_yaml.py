@@ -249,3 +249,16 @@ def test_a_section_without_a_value_is_the_empty_section_offline_as_in_pulumi(pro
 def test_an_empty_text_section_is_the_unset_section():
     assert load_settings({"portal": ""}, stack="dev", region="us-west-2").portal == load_settings({}, stack="dev", region="us-west-2").portal
     assert load_settings({"portal": None, "trainer": ""}, stack="dev", region="us-west-2").trainer == load_settings({}, stack="dev", region="us-west-2").trainer
+
+
+def test_the_schema_takes_secure_values_and_the_old_key_form_as_pulumi_does():
+    secure = f"  training-platform:portal:\n    clientSecret:\n      secure: {CIPHERTEXT}\n"
+    assert _schema_errors(HEAD + secure) == []  # the form the plain-secret refusal tells users to create
+    assert _schema_errors(HEAD + "  training-platform:cluster:\n    name:\n      secure: AAAB\n") == []  # any string Pulumi may hold encrypted
+    assert _schema_errors(HEAD + "  training-platform:portal:\n    clientSecret:\n      secure: 5\n") == ["config/training-platform:portal/clientSecret"]
+    assert _schema_errors(HEAD + "  training-platform:portal:\n    enabled:\n      secure: AAAB\n") == ["config/training-platform:portal/enabled"]  # a boolean stays one
+    assert config_key("training-platform:config:portal") == "training-platform:portal"
+    assert _schema_errors(HEAD + "  training-platform:config:portal:\n    enabled: true\n") == []
+    assert _schema_errors(HEAD + "  training-platform:config:portal:\n    enabled: yes\n") == ["config/training-platform:config:portal/enabled"]
+    assert _schema_errors(HEAD + "  training-platform:config:portal: {}\n  portal: {}\n") == ["config"]
+    assert _schema_errors(HEAD + "  training-platform:config:portal: {}\n  training-platform:portal: {}\n") == ["config"]
