@@ -36,9 +36,10 @@ class _DuplicateKeyError(Exception):
 
 class _StrictLoader(GoYamlLoader):
     """The CLI's reader (yaml.v3), which refuses a key given twice in one mapping (PyYAML keeps the
-    last silently), comparing keys by their text as yaml.v3 does (``1`` and ``"1"`` are one key), and
-    a key that is not a string, which the CLI refuses ("expected only string keys":
-    sdk/go/common/workspace/project.go SimplifyMarshalledValue)."""
+    last silently), comparing keys by their text as yaml.v3 does (``1`` and ``"1"`` are one key).
+    A key that is not a string is refused here, though the CLI takes one inside a value: it turns
+    it into text (``1:`` is the key "1", ``1.30:`` the key "1.3", not as written), which is
+    refused as safer, with the text Pulumi would use and the quoted key that keeps what was written."""
 
     anchor_names: dict[int, str]
 
@@ -63,8 +64,21 @@ class _StrictLoader(GoYamlLoader):
             seen.add(key_node.value)
             key = self.construct_object(key_node, deep=True)
             if not isinstance(key, str):
-                raise GoYamlRefused(f"the key {key_node.value} is read as a {_kind(key)}, and Pulumi takes only string keys; quote it: \"{key_node.value}\"", key_node)
+                raise GoYamlRefused(
+                    f"the key {key_node.value} is read as a {_kind(key)}, which Pulumi would turn into the key \"{_go_text(key)}\"; quote it to keep it as written: \"{key_node.value}\"", key_node
+                )
         return super().construct_mapping(node, deep=deep)
+
+
+def _go_text(value: Any) -> str:
+    """``value`` as Go's fmt ``%v`` writes it (how Pulumi makes a non-string key text)."""
+    if value is None:
+        return "<nil>"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e21:
+        return str(int(value))  # %v of a float64 switches to an exponent only from 1e21
+    return str(value)
 
 
 def _kind(value: Any) -> str:

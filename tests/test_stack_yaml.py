@@ -59,9 +59,22 @@ def test_quoted_and_tagged_scalars():
 
 def test_special_floats_and_timestamps_are_refused():
     assert math.isnan(go_yaml.resolve(".nan")[1]) and go_yaml.resolve("-.inf") == ("float", -math.inf)
-    for text in (".inf", ".NaN", "2024-01-02", "2024-01-02T10:00:00Z"):
+    for text in (".inf", ".NaN", "2024-01-02", "2024-01-02T10:00:00Z", "2024-02-29", "2024-01-02 23:59:59"):
         with pytest.raises(go_yaml.GoYamlRefused):
             go_yaml.load(f"k: {text}\n")
+
+
+@pytest.mark.parametrize("text", ["2024-13-45", "2024-02-30", "2023-02-29", "2024-00-10", "2024-01-02T24:00:00Z", "2024-01-02 10:61:00"])
+def test_a_date_out_of_range_is_text_as_in_yaml_v3(text):
+    # yaml.v3's parseTimestamp uses Go's time.Parse, which refuses values out of range: not a timestamp
+    assert go_yaml.load(f"k: {text}\n") == {"k": text}
+
+
+def test_a_key_that_is_not_a_string_says_what_pulumi_would_make_of_it(tmp_path):
+    with pytest.raises(StackFileError, match='the key 1 is read as a number, which Pulumi would turn into the key "1"; quote it to keep it as written: "1"'):
+        load_stack_file(_write(tmp_path, HEAD + "  training-platform:tenants:\n    1:\n      gpuQuota: 1\n"))
+    with pytest.raises(StackFileError, match='the key true is read as a boolean, which Pulumi would turn into the key "true"'):
+        load_stack_file(_write(tmp_path, HEAD + "  training-platform:tenants:\n    true:\n      gpuQuota: 1\n"))
 
 
 # --- config keys as the CLI names them ----------------------------------------------------------
@@ -92,7 +105,7 @@ BAD_FILES = {
     "not-a-key": ("  training-platform:a:b: 1\n", "Pulumi.case.yaml:3: 'training-platform:a:b' is not a config key; Pulumi takes <namespace>:<name> (or a name alone, in the project's namespace)"),
     "number-key": (
         "  training-platform:tenants:\n    1.30:\n      gpuQuota: 1\n",
-        'Pulumi.case.yaml:4: the key 1.30 is read as a number, and Pulumi takes only string keys; quote it: "1.30"',
+        'Pulumi.case.yaml:4: the key 1.30 is read as a number, which Pulumi would turn into the key "1.3"; quote it to keep it as written: "1.30"',
     ),
     "recursive-alias": (
         "  training-platform:trainjobs: {ddp: &x {extraArgs: [*x]}}\n",
