@@ -275,3 +275,13 @@ def test_the_schema_takes_secure_values_and_the_old_key_form_as_pulumi_does():
     assert _schema_errors(HEAD + "  training-platform:config:portal:\n    enabled: yes\n") == ["config/training-platform:config:portal/enabled"]
     assert _schema_errors(HEAD + "  training-platform:config:portal: {}\n  portal: {}\n") == ["config"]
     assert _schema_errors(HEAD + "  training-platform:config:portal: {}\n  training-platform:portal: {}\n") == ["config"]
+
+
+def test_a_trainjob_stacks_run_without_a_value_is_its_empty_section():
+    from config.run_config import load_run
+    from workloads.builders.trainjobs import WORKLOADS
+
+    names = {k: w.name for k, w in WORKLOADS.items()}
+    unset = load_run({"platform": "organization/training-platform/dev", "ddp": {}}, stack="nightly", base_names=names)
+    for empty in ("", None):
+        assert load_run({"platform": "organization/training-platform/dev", "ddp": empty}, stack="nightly", base_names=names) == unset
