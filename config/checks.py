@@ -6,10 +6,11 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from config import aws_facts, catalog
+from config.failed import Failed, FailedList
 from config.schema import ConfigError, SchemaCheck
 
 # --- value checks (return the "allowed" text when the value is bad) -------------------------
@@ -188,12 +189,21 @@ def duplicates(values: list) -> list[tuple[int, Any, int]]:
     return found
 
 
-def duplicate_errors(key: str, values: list, allowed: str = "allowed: a list without duplicates", shown: list | None = None) -> Iterator[ConfigError]:
-    """A line per repeated item of the list at ``key``, naming its index, its value (as given:
-    ``shown``, where ``values`` are normalised) and its first occurrence."""
+def duplicate_errors(key: str, values: list, allowed: str = "allowed: a list without duplicates", same: Callable[[Any], Any] | None = None) -> Iterator[ConfigError]:
+    """A line per repeated item of the list at ``key``, naming its index, its value as given and
+    its first occurrence; ``same`` normalises the items compared (``str.lower``). A list with
+    items that failed their own check (:class:`config.failed.FailedList`): its items that passed,
+    by their indexes in the list given."""
     name = key.rsplit(".", 1)[-1]
-    for i, _item, first in duplicates(values):
-        yield ConfigError(f"{key}[{i}]", (shown or values)[i], f"also {name}[{first}]; {allowed}")
+    if isinstance(values, FailedList):
+        pairs = values.parsed
+    elif isinstance(values, Failed):
+        return
+    else:
+        pairs = list(enumerate(values))
+    compared = [same(v) if same else v for _, v in pairs]
+    for n, _item, first in duplicates(compared):
+        yield ConfigError(f"{key}[{pairs[n][0]}]", pairs[n][1], f"also {name}[{pairs[first][0]}]; {allowed}")
 
 
 _IN_CATALOG = SchemaCheck(_in_catalog, {"enum": sorted(catalog.catalog())})

@@ -42,6 +42,21 @@ class Failed:
         return f"<failed {self.key}>"
 
 
+class FailedList(Failed):
+    """A list of values some of whose items failed their check: :class:`Failed` to every rule, and
+    ``parsed``, the items that passed with their indexes, for the checks made item against item
+    (duplicates: :func:`config.checks.duplicate_errors`), so one bad item does not hide a repeated one."""
+
+    __slots__ = ("parsed",)
+
+    def __init__(self, key: str, parsed: list[tuple[int, Any]]):
+        super().__init__(key)
+        self.parsed = parsed
+
+    def __repr__(self) -> str:
+        return f"<failed {self.key}: {len(self.parsed)} items passed>"
+
+
 def known(lines: Iterable[Any]) -> Iterator[Any]:
     """The lines of a rule up to where it reads a :class:`Failed` value: a rule on a value that
     failed its own check is not run on a stand-in for it."""
@@ -54,19 +69,21 @@ def known(lines: Iterable[Any]) -> Iterator[Any]:
             raise
 
 
-def mark_failed(obj: Any, parts: tuple[str, ...], key: str) -> Any:
+def mark_failed(obj: Any, parts: tuple[str, ...], key: str, parsed: list[tuple[int, Any]] | None = None) -> Any:
     """``obj`` with the value at ``parts`` (config keys) replaced by :class:`Failed`: a field of
     a model, an entry of a map (a team of ``tenants``, of ``portal.teams``, a variable of ``env``);
-    a value inside a list marks the whole list."""
+    a value inside a list marks the whole list, a :class:`FailedList` holding ``parsed`` (the
+    items that passed, by index) where they are given."""
     if isinstance(obj, RootModel):
-        return obj.model_copy(update={"root": mark_failed(obj.root, parts, key)})
+        return obj.model_copy(update={"root": mark_failed(obj.root, parts, key, parsed)})
+    marker = Failed(key) if parsed is None else FailedList(key, parsed)
     if isinstance(obj, dict):
         inner = obj.get(parts[0])
-        return {**obj, parts[0]: Failed(key) if len(parts) == 1 or inner is None else mark_failed(inner, parts[1:], key)}
+        return {**obj, parts[0]: marker if len(parts) == 1 or inner is None else mark_failed(inner, parts[1:], key, parsed)}
     if not isinstance(obj, BaseModel) or (name := _field_name(obj, parts[0])) is None:
         return obj  # an unknown key: reported, and no field to mark
     child = getattr(obj, name)
-    marked = mark_failed(child, parts[1:], key) if len(parts) > 1 and isinstance(child, BaseModel | dict) else Failed(key)
+    marked = mark_failed(child, parts[1:], key, parsed) if len(parts) > 1 and isinstance(child, BaseModel | dict) else marker
     return obj.model_copy(update={name: marked})
 
 

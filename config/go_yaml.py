@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import calendar
 import math
 import re
 from typing import Any
@@ -41,7 +42,10 @@ _WORDS: dict[str, Any] = {
 _FLOAT_RE = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$")
 # yaml.v3 parseTimestamp: YYYY- first, then one of Go's layouts 2006-1-2T15:4:5.999999999Z07:00
 # (also with t), 2006-1-2 15:4:5.999999999, 2006-1-2
-_TIMESTAMP_RE = re.compile(r"^\d{4}-\d{1,2}-\d{1,2}([Tt]\d{1,2}:\d{1,2}:\d{1,2}(\.\d+)?(Z|[+-]\d{2}:\d{2})| \d{1,2}:\d{1,2}:\d{1,2}(\.\d+)?)?$")
+_TIMESTAMP_RE = re.compile(
+    r"^(?P<y>\d{4})-(?P<mo>\d{1,2})-(?P<d>\d{1,2})"
+    r"([Tt](?P<h>\d{1,2}):(?P<mi>\d{1,2}):(?P<s>\d{1,2})(\.\d+)?(Z|[+-](?P<oh>\d{2}):(?P<om>\d{2}))| (?P<h2>\d{1,2}):(?P<mi2>\d{1,2}):(?P<s2>\d{1,2})(\.\d+)?)?$"
+)
 _DIGITS = {2: "01", 8: "01234567", 10: "0123456789", 16: "0123456789abcdef"}
 INT64 = (-(2**63), 2**63 - 1)
 
@@ -77,6 +81,22 @@ def _go_int(text: str) -> int | None:
     return None
 
 
+def _is_timestamp(text: str) -> bool:
+    """A date or time yaml.v3 reads as one: a layout of :data:`_TIMESTAMP_RE` that Go's
+    ``time.Parse`` also takes, its values in range (month 1-12, a day of that month, hour 0-23,
+    minute and second 0-59, a zone offset of at most 24:60). ``2024-13-45`` is no date, so
+    yaml.v3 keeps it as text (its parseTimestamp fails and resolve falls through to a string)."""
+    m = _TIMESTAMP_RE.match(text)
+    if not m:
+        return False
+    g = {k: int(v) for k, v in m.groupdict().items() if v is not None}
+    year, month, day = g["y"], g["mo"], g["d"]
+    if not 1 <= month <= 12 or not 1 <= day <= calendar.monthrange(year or 2000, month)[1]:  # year 0 is a leap year, as 2000
+        return False
+    hour, minute, second = g.get("h", g.get("h2", 0)), g.get("mi", g.get("mi2", 0)), g.get("s", g.get("s2", 0))
+    return hour <= 23 and minute <= 59 and second <= 59 and g.get("oh", 0) <= 24 and g.get("om", 0) <= 60
+
+
 def resolve(text: str) -> tuple[str, Any]:
     """(kind, value) of a plain scalar, as yaml.v3's ``resolve("", text)``."""
     if text in _WORDS:
@@ -92,7 +112,7 @@ def resolve(text: str) -> tuple[str, Any]:
             if not math.isinf(value):  # out of range: Go's ParseFloat fails
                 return FLOAT, value
     elif hint in "0123456789+-":
-        if _TIMESTAMP_RE.match(text):
+        if _is_timestamp(text):
             return TIMESTAMP, text
         plain = text.replace("_", "")
         number = _go_int(plain) if plain else None

@@ -163,6 +163,13 @@ class ClusterSettings(Section):
     ci: CiAccessSettings = opt(CiAccessSettings(), "the CI workflows' roles (.github/workflows): each gets an access entry with the access policy its job needs")
 
     def problems(self, path: str) -> Iterator[ConfigError]:
+        # each rule stops alone where it reads a value that failed its check (config/failed.py)
+        yield from known(self._ci_problems(path))
+        yield from known(self._endpoint_problems(path))
+        yield from duplicate_errors(f"{path}.publicAccessCidrs", self.public_access_cidrs)
+        yield from duplicate_errors(f"{path}.adminPrincipalArns", self.admin_principal_arns)
+
+    def _ci_problems(self, path: str) -> Iterator[ConfigError]:
         # one principal has one access entry (EKS CreateAccessEntry: ResourceInUseException for a second)
         admins = {_role_key(a): i for i, a in enumerate(self.admin_principal_arns)}
         for key, arn in (("previewRoleArn", self.ci.preview_role_arn), ("deployRoleArn", self.ci.deploy_role_arn)):
@@ -172,6 +179,8 @@ class ClusterSettings(Section):
                     f"also adminPrincipalArns[{admins[_role_key(arn)]}]: one principal has one access entry; allowed: a role not in adminPrincipalArns "
                     "(a deploy role listed there already has cluster admin: leave it there, since moving it would create its new entry before the old one is deleted)",
                 )
+
+    def _endpoint_problems(self, path: str) -> Iterator[ConfigError]:
         if self.endpoint_public_access:
             if not self.public_access_cidrs:
                 yield ConfigError(f"{path}.publicAccessCidrs", self.public_access_cidrs, "allowed: a non-empty list of CIDRs when endpointPublicAccess is true (or turn the public endpoint off)")
@@ -179,7 +188,6 @@ class ClusterSettings(Section):
                 yield ConfigError(f"{path}.publicAccessCidrs", self.public_access_cidrs, f"{why}: refused unless cluster.allowPublicAccessFromAnywhere is true; allowed: your networks' CIDRs")
         elif self.public_access_cidrs:
             yield ConfigError(f"{path}.publicAccessCidrs", self.public_access_cidrs, "allowed only when endpointPublicAccess is true")
-        yield from duplicate_errors(f"{path}.adminPrincipalArns", self.admin_principal_arns)
 
 
 # --- node groups -----------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Mapping
 from typing import Any
 
 MAX_CONFIGMAP_BYTES = 1024 * 1024
@@ -64,3 +65,15 @@ def size_problem(obj: dict[str, Any]) -> str | None:
         return (f"its {obj.get('kind', 'object')} {obj.get('metadata', {}).get('name', '')} would be about {_mib(size)} ({size} bytes) as stored, "
                 f"more than the {_mib(MAX_OBJECT_BYTES)} ({MAX_OBJECT_BYTES} bytes) etcd takes in one request (--max-request-bytes, its default), so the API server cannot store it")
     return None
+
+
+def env_blame(obj: dict[str, Any], env: Mapping[str, str]) -> tuple[str | None, str]:
+    """For an object too large to store (:func:`size_problem`) built with the environment ``env``:
+    the variable whose value alone makes the difference (None when none does, or for a ConfigMap,
+    which holds no environment), and words naming the largest values (their sizes, never the values),
+    for the render's line and trainctl's alike."""
+    if obj.get("kind") == "ConfigMap" or not env:
+        return None, ""
+    sizes = sorted(((len(v.encode()), n) for n, v in env.items()), reverse=True)
+    culprit = sizes[0][1] if sizes[0][0] >= stored_size(obj) - MAX_OBJECT_BYTES else None
+    return culprit, f" (its largest environment values: {', '.join(f'{n} {b} bytes' for b, n in sizes[:3])})"

@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterator
 
 from config.checks import _cidr_list, _pattern, duplicate_errors
-from config.schema import REDACTED, Bool, ConfigError, Failed, SchemaCheck, Section, camel, opt, problems_of, to_raw
+from config.schema import REDACTED, Bool, ConfigError, Failed, SchemaCheck, Section, camel, known, opt, problems_of, to_raw
 
 HTTPS_URL_RE = re.compile(r"^https://[A-Za-z0-9.-]+(:\d{1,5})?(/[A-Za-z0-9._~%!$&'()*+,;=:@/-]*)?$", re.ASCII)
 HOST_RE = re.compile(r"^(?=.{1,253}$)([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$", re.ASCII)
@@ -39,10 +39,11 @@ class PortalTeamSettings(Section):
     emails: list[str] = opt([], "e-mail addresses (the login's email claim, used only when email_verified is true) that act as this team", check=_pattern(EMAIL_RE, "an e-mail address such as ana@example.com"))
 
     def problems(self, path: str) -> Iterator[ConfigError]:
+        # duplicates first: they are judged also in a list with a bad item, which stops the rule after
+        yield from duplicate_errors(f"{path}.groups", self.groups)
+        yield from duplicate_errors(f"{path}.emails", self.emails, "allowed: a list without duplicates (addresses compare without case)", same=str.lower)
         if not self.groups and not self.emails:
             yield ConfigError(path, {}, "required: at least one of groups or emails (who signs in as this team)")
-        yield from duplicate_errors(f"{path}.groups", self.groups)
-        yield from duplicate_errors(f"{path}.emails", [e.lower() for e in self.emails], "allowed: a list without duplicates (addresses compare without case)", shown=self.emails)
 
 
 class PortalSettings(Section):
@@ -64,10 +65,7 @@ class PortalSettings(Section):
     teams: dict[str, PortalTeamSettings] = opt({}, "team (one of tenants) -> who signs in as it: groups (IdP groups, the login's groups claim) and/or emails (the login's email claim)")
 
     def problems(self, path: str) -> Iterator[ConfigError]:
-        for team, login in self.teams.items():  # a map of sections: not reached by problems_of
-            yield from problems_of(login, f"{path}.teams.{team}")
-        if self.inbound_cidrs == []:  # a list's items are judged one by one (config/schema.py): an empty one here
-            yield ConfigError(f"{path}.inboundCidrs", [], _check_inbound_cidrs([]) or "")
+        yield from known(self._team_problems(path))
         if not self.enabled:
             for name in sorted(self.model_fields_set - {"enabled"}, key=lambda n: camel(n)):
                 value = getattr(self, name)
@@ -76,11 +74,19 @@ class PortalSettings(Section):
                 key = camel(name)
                 yield ConfigError(f"{path}.{key}", "<set>" if key == "clientSecret" else to_raw(value), "does nothing while portal.enabled is false; set portal.enabled: true or remove it")
             return
+        yield from duplicate_errors(f"{path}.inboundCidrs", self.inbound_cidrs, "allowed: a list without duplicates (the ALB's inbound-cidrs lists each block once)")
+        if self.inbound_cidrs == []:  # a list's items are judged one by one (config/schema.py): an empty one here
+            yield ConfigError(f"{path}.inboundCidrs", [], _check_inbound_cidrs([]) or "")
         for key in REQUIRED:
             if getattr(self, _attr(key)) is None:
                 yield ConfigError(f"{path}.{key}", None, "required when portal.enabled is true")
         if not self.teams:
             yield ConfigError(f"{path}.teams", {}, "required when portal.enabled is true: at least one team (one of tenants) and who signs in as it")
+
+
+    def _team_problems(self, path: str) -> Iterator[ConfigError]:
+        for team, login in self.teams.items():  # a map of sections: not reached by problems_of
+            yield from problems_of(login, f"{path}.teams.{team}")
 
 
 def _attr(key: str) -> str:

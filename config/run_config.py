@@ -79,7 +79,7 @@ def load_run(raw: Mapping[str, Any], *, stack: str, base_names: Mapping[str, str
         errors.append(_err(", ".join(jobs) or "<job>", None, f"allowed: exactly one run per stack, one of {', '.join(JOB_MODELS)} (a stack per run)"))
     job: JobBase | None = None
     for key in jobs[:1]:
-        section = raw[key]
+        section = {} if raw[key] in (None, "") else raw[key]  # no value (``ddp:``): Pulumi passes "", the empty section
         if isinstance(section, Mapping) and "enabled" in section:
             errors.append(_err(f"{key}.enabled", section["enabled"], "a TrainJob stack is its run: pulumi destroy of the stack ends it; allowed: unset"))
             section = {k: v for k, v in section.items() if k != "enabled"}

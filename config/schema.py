@@ -15,6 +15,7 @@ raises them together as one :class:`ConfigErrors`.
 from __future__ import annotations
 
 import difflib
+import re
 import types
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -385,6 +386,7 @@ def repaired_section(cls: type[Section], raw: Any) -> Section | None:
 
     data = copy.deepcopy(raw) if isinstance(raw, Mapping) else {}
     failed: list[tuple[str, ...]] = []
+    parsed: dict[tuple[str, ...], list[tuple[int, Any]]] = {}  # a list of values with bad items: the items that passed
     for _ in range(20):
         try:
             obj = cls.model_validate(data, by_alias=True, by_name=False)
@@ -398,8 +400,12 @@ def repaired_section(cls: type[Section], raw: Any) -> Section | None:
                         break
                     # the bad value, or the list whose item holds it (tenants.<team>.s3[0].bucket): dropped whole
                     if i == len(loc) - 1 or isinstance(node[part], list):
+                        parts = tuple(str(p) for p in loc[: i + 1])
+                        bad = _bad_items(err) if i == len(loc) - 1 else None
+                        if bad is not None and isinstance(node[part], list):
+                            parsed[parts] = [(n, v) for n, v in enumerate(node[part]) if n not in bad]
                         del node[part]
-                        failed.append(tuple(str(p) for p in loc[: i + 1]))
+                        failed.append(parts)
                         removed = True
                         break
                     node = node[part]
@@ -407,9 +413,18 @@ def repaired_section(cls: type[Section], raw: Any) -> Section | None:
                 return None
             continue
         for parts in failed:
-            obj = mark_failed(obj, parts, ".".join(parts))
+            obj = mark_failed(obj, parts, ".".join(parts), parsed.get(parts))
         return obj
     return None
+
+
+def _bad_items(err: Any) -> set[int] | None:
+    """The indexes of the bad items of a list a field check refused item by item (``_field_check``),
+    None when the error is not one of those."""
+    items = (err.get("ctx") or {}).get("items") if err["type"] == "config" else None
+    if not items or not all(re.fullmatch(r"\[\d+\]", suffix) for suffix, _, _ in items):
+        return None
+    return {int(suffix[1:-1]) for suffix, _, _ in items}
 
 
 def _problems_of_parts(cls: type[Section], raw: Any, path: str) -> Iterator[ConfigError]:

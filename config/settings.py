@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, cast
 
@@ -177,6 +178,9 @@ def load_settings(raw: Mapping[str, Any], *, stack: str, region: str, secret_key
     """Validate the whole project config; raise one ConfigErrors listing every problem.
     ``secret_keys``: the top-level keys Pulumi holds as secrets (infra/project_config.py
     secret_config_keys); given, a secret in plain text is refused (None: not known, not judged)."""
+    # a section given without a value (``portal:``, ``~``) reaches the program as "" from Pulumi
+    # (a null config value is the empty text): the empty section, every value at its default
+    raw = {k: None if k in SECTIONS and v == "" else v for k, v in raw.items()}
     errors: list[ConfigError] = []
     if secret_keys is not None:
         errors += plain_secret_problems(raw.get("portal"), "portal" in secret_keys)
@@ -201,19 +205,20 @@ def load_settings(raw: Mapping[str, Any], *, stack: str, region: str, secret_key
                 # nor beside a misspelt key, whose value the rule would miss; a refused value is a Failed marker
                 # in the repaired section, which stops any rule that reads it: config/failed.py)
                 misspelt = {r.key.rsplit(".", 1)[0] for r in found if r.allowed.startswith("unknown key")}
-                errors += [e for e in problems_of(obj, key) if not any(_same_or_within(e.key, r.key) for r in found) and e.key.rsplit(".", 1)[0] not in misspelt]
+                errors += [e for e in problems_of(obj, key) if not any(_within(e.key, r.key) for r in found) and e.key.rsplit(".", 1)[0] not in misspelt]
         sections[_SECTION_ATTR[key]] = obj if obj is not None else cls()
         if obj is not None:
             usable.add(key)
     settings = Settings.model_validate({"stack": stack, "region": region, **sections})
     # rules across sections, also beside field errors elsewhere (one run names every problem);
-    # a rule's finding on a key already reported is left out (no follow-on errors)
+    # a rule's finding on a key already reported (or inside it) is left out (no follow-on errors); one
+    # on a key around it is kept: a rule that read the failed value stopped there (config/failed.py, _within)
     reported = [e.key for e in errors]
     for needs, needs_facts, rule in _RULES:
         if set(needs) <= usable and facts_for[needs_facts]:
             # a rule that reads a value which failed its own check stops there (schema.Failed): it
             # never judges that value's default in its place
-            errors += [e for e in known(rule(settings)) if not any(_same_or_within(e.key, r) for r in reported)]
+            errors += [e for e in known(rule(settings)) if not any(_within(e.key, r) for r in reported)]
     if errors:
         raise ConfigErrors(errors)
     return _with_job_runtimes(settings)
@@ -231,12 +236,11 @@ def _with_job_runtimes(settings: Settings) -> Settings:
     return settings.model_copy(update={"trainer": trainer})
 
 
-def _same_or_within(key: str, reported: str) -> bool:
-    """``key`` is ``reported`` or lies inside it / around it (``a.b`` vs ``a.b[0]`` or ``a.b.c``)."""
-    for a, b in ((key, reported), (reported, key)):
-        if a == b or b.startswith(a + ".") or b.startswith(a + "["):
-            return True
-    return False
+def _within(key: str, reported: str) -> bool:
+    """``key`` is ``reported``, lies inside it (``a.b[0]`` or ``a.b.c`` in ``a.b``), or is the list
+    whose item was reported (``a.b`` for ``a.b[0]``: one key, one line). Not a key around it in
+    another way (``a`` for ``a.b[0]``): a rule that read the failed value stopped there."""
+    return key == reported or key.startswith(reported + ".") or key.startswith(reported + "[") or re.fullmatch(re.escape(key) + r"(\[\d+\])+", reported) is not None
 
 
 # --- rules across sections -------------------------------------------------------------------

@@ -36,9 +36,21 @@ class _DuplicateKeyError(Exception):
 
 class _StrictLoader(GoYamlLoader):
     """The CLI's reader (yaml.v3), which refuses a key given twice in one mapping (PyYAML keeps the
-    last silently), comparing keys by their text as yaml.v3 does (``1`` and ``"1"`` are one key), and
-    a key that is not a string, which the CLI refuses ("expected only string keys":
-    sdk/go/common/workspace/project.go SimplifyMarshalledValue)."""
+    last silently), comparing keys by their text as yaml.v3 does (``1`` and ``"1"`` are one key).
+    A key that is not a string is refused here, though the CLI takes one inside a value: it turns
+    it into text (``1:`` is the key "1", ``1.30:`` the key "1.3", not as written), which is
+    refused as safer, with the text Pulumi would use and the quoted key that keeps what was written."""
+
+    anchor_names: dict[int, str]
+
+    def compose_document(self) -> yaml.Node | None:
+        # the composer forgets its anchors after a document; keep their names for messages
+        self.get_event()  # DocumentStart
+        node = self.compose_node(None, None)  # type: ignore[arg-type]
+        self.get_event()  # DocumentEnd
+        self.anchor_names = {id(n): name for name, n in self.anchors.items()}
+        self.anchors = {}
+        return node
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[str] = set()
@@ -52,8 +64,21 @@ class _StrictLoader(GoYamlLoader):
             seen.add(key_node.value)
             key = self.construct_object(key_node, deep=True)
             if not isinstance(key, str):
-                raise GoYamlRefused(f"the key {key_node.value} is read as a {_kind(key)}, and Pulumi takes only string keys; quote it: \"{key_node.value}\"", key_node)
+                raise GoYamlRefused(
+                    f"the key {key_node.value} is read as a {_kind(key)}, which Pulumi would turn into the key \"{_go_text(key)}\"; quote it to keep it as written: \"{key_node.value}\"", key_node
+                )
         return super().construct_mapping(node, deep=deep)
+
+
+def _go_text(value: Any) -> str:
+    """``value`` as Go's fmt ``%v`` writes it (how Pulumi makes a non-string key text)."""
+    if value is None:
+        return "<nil>"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e21:
+        return str(int(value))  # %v of a float64 switches to an exponent only from 1e21
+    return str(value)
 
 
 def _kind(value: Any) -> str:
@@ -66,25 +91,32 @@ MAX_ALIASES = 50
 MAX_EXPANDED_NODES = 20_000
 
 
-def _expanded_size(node: yaml.Node) -> tuple[int, int]:
+def _expanded_size(node: yaml.Node, anchors: Mapping[int, str] | None = None) -> tuple[int, int]:
     """(alias uses, nodes after expanding every alias) of a composed document, without expanding:
-    a node met again is an alias use, and its size is remembered."""
+    a node met again is an alias use, and its size is remembered. A node met again while it is
+    still being walked is an alias inside its own anchor's value, which yaml.v3 refuses ("anchor
+    'x' value contains itself"); ``anchors`` names the anchored nodes (by ``id``) for that message."""
     sizes: dict[int, int] = {}
+    walking: set[int] = set()
     aliases = 0
 
     def size(n: yaml.Node, depth: int = 0) -> int:
         nonlocal aliases
+        if id(n) in walking:  # an alias inside the node it names: yaml.v3 refuses it
+            anchor = (anchors or {}).get(id(n))
+            raise GoYamlRefused(f"anchor '{anchor}' value contains itself" if anchor else "an anchor's value contains itself", n)
         if id(n) in sizes:
             aliases += 1
             return sizes[id(n)]
         if depth > 200:  # nesting no config needs (and Python's recursion limit)
             raise StackFileError(f"nested more than 200 levels deep (line {n.start_mark.line + 1})")
-        sizes[id(n)] = 1  # a cycle counts once (the constructor refuses recursive structures elsewhere)
+        walking.add(id(n))
         total = 1
         if isinstance(n, yaml.SequenceNode):
             total += sum(size(c, depth + 1) for c in n.value)
         elif isinstance(n, yaml.MappingNode):
             total += sum(size(k, depth + 1) + size(v, depth + 1) for k, v in n.value)
+        walking.discard(id(n))
         sizes[id(n)] = total
         return total
 
@@ -123,7 +155,7 @@ def load_stack_file(path: str | os.PathLike[str], project: str = PROJECT) -> dic
     try:
         node = loader.get_single_node()
         if node is not None:
-            aliases, expanded = _expanded_size(node)
+            aliases, expanded = _expanded_size(node, getattr(loader, "anchor_names", {}))
             if aliases > MAX_ALIASES or expanded > MAX_EXPANDED_NODES:
                 raise StackFileError(
                     f"{name}: refused before expanding: {aliases} alias uses expanding to {expanded} values (allowed: at most {MAX_ALIASES} aliases and {MAX_EXPANDED_NODES} values)"

@@ -68,18 +68,19 @@ def fit_name(base: str, limit: int) -> str:
 
 def label_from(text: str, limit: int, default: str = "job") -> str:
     """A TrainJob name of at most ``limit`` characters derived from ``text`` (a code directory's
-    name), the same for the same name and apart for different ones: lowercase ASCII letters and
-    digits, every run of other characters one ``-``, a letter first (``My_Model.v2`` ->
-    ``my-model-v2``), ``default`` when nothing is left. A name with characters outside ASCII (a
-    non-Latin or accented name, which a label cannot spell) gets a hash of the whole name, in
-    Unicode's composed form (NFC: macOS writes names decomposed), after what is left: ``données``
-    -> ``donn-es-<hash8>``, ``模型`` -> ``job-<hash8>``, so two such directories never share a job,
-    its checkpoints or its resumes. Too long: cut with a hash (:func:`fit_name`)."""
+    name), the same for the same name and apart for different ones. A name that is already a label
+    (lowercase ASCII letters, digits, '-', a letter first) is kept as it is. Any other loses
+    characters when made one (lowercase ASCII letters and digits, every run of other characters one
+    ``-``, a letter first), so it gets a hash of the whole name, in Unicode's composed form (NFC:
+    macOS writes names decomposed), after what is left: ``My_Model`` -> ``my-model-<hash8>``, apart
+    from ``my-model`` and ``My.Model``; ``2024_exp`` -> ``exp-<hash8>``; ``données`` ->
+    ``donn-es-<hash8>``; ``模型`` -> ``job-<hash8>``; so two directories never share a job, its
+    checkpoints or its resumes. Too long: cut with a hash (:func:`fit_name`)."""
     name = unicodedata.normalize("NFC", text)
+    if _NAME_RE.fullmatch(name):
+        return fit_name(name, limit)
     base = re.sub(r"[^a-z0-9]+", "-", name.encode("ascii", "replace").decode().replace("?", "-").lower())
     base = re.sub(r"^[^a-z]+", "", base).strip("-")
-    if name.isascii():
-        return fit_name(base, limit) if base else default
     digest = hashlib.sha256(name.encode()).hexdigest()[:8]
     head = (base or default)[: limit - len(digest) - 1].rstrip("-")
     return f"{head}-{digest}"

@@ -59,9 +59,22 @@ def test_quoted_and_tagged_scalars():
 
 def test_special_floats_and_timestamps_are_refused():
     assert math.isnan(go_yaml.resolve(".nan")[1]) and go_yaml.resolve("-.inf") == ("float", -math.inf)
-    for text in (".inf", ".NaN", "2024-01-02", "2024-01-02T10:00:00Z"):
+    for text in (".inf", ".NaN", "2024-01-02", "2024-01-02T10:00:00Z", "2024-02-29", "2024-01-02 23:59:59"):
         with pytest.raises(go_yaml.GoYamlRefused):
             go_yaml.load(f"k: {text}\n")
+
+
+@pytest.mark.parametrize("text", ["2024-13-45", "2024-02-30", "2023-02-29", "2024-00-10", "2024-01-02T24:00:00Z", "2024-01-02 10:61:00"])
+def test_a_date_out_of_range_is_text_as_in_yaml_v3(text):
+    # yaml.v3's parseTimestamp uses Go's time.Parse, which refuses values out of range: not a timestamp
+    assert go_yaml.load(f"k: {text}\n") == {"k": text}
+
+
+def test_a_key_that_is_not_a_string_says_what_pulumi_would_make_of_it(tmp_path):
+    with pytest.raises(StackFileError, match='the key 1 is read as a number, which Pulumi would turn into the key "1"; quote it to keep it as written: "1"'):
+        load_stack_file(_write(tmp_path, HEAD + "  training-platform:tenants:\n    1:\n      gpuQuota: 1\n"))
+    with pytest.raises(StackFileError, match='the key true is read as a boolean, which Pulumi would turn into the key "true"'):
+        load_stack_file(_write(tmp_path, HEAD + "  training-platform:tenants:\n    true:\n      gpuQuota: 1\n"))
 
 
 # --- config keys as the CLI names them ----------------------------------------------------------
@@ -92,7 +105,11 @@ BAD_FILES = {
     "not-a-key": ("  training-platform:a:b: 1\n", "Pulumi.case.yaml:3: 'training-platform:a:b' is not a config key; Pulumi takes <namespace>:<name> (or a name alone, in the project's namespace)"),
     "number-key": (
         "  training-platform:tenants:\n    1.30:\n      gpuQuota: 1\n",
-        'Pulumi.case.yaml:4: the key 1.30 is read as a number, and Pulumi takes only string keys; quote it: "1.30"',
+        'Pulumi.case.yaml:4: the key 1.30 is read as a number, which Pulumi would turn into the key "1.3"; quote it to keep it as written: "1.30"',
+    ),
+    "recursive-alias": (
+        "  training-platform:trainjobs: {ddp: &x {extraArgs: [*x]}}\n",
+        "Pulumi.case.yaml:3: anchor 'x' value contains itself",
     ),
     "inf": ("  training-platform:gpuPool:\n    gpuLimit: .inf\n", "Pulumi.case.yaml:4: .inf is not a finite number, which Pulumi cannot hold in config (JSON); quote it for a string"),
 }
@@ -227,3 +244,44 @@ def test_the_schema_agrees():
     assert _schema_errors(HEAD + "  portal:\n    enabled: true\n") == []
     assert _schema_errors(HEAD + "  portal: {}\n  training-platform:portal: {}\n") == ["config"]
     assert _schema_errors(HEAD + "  training-platform:tenants:\n    no:\n      gpuQuota: 1\n") == []
+
+
+# --- a section without a value: what Pulumi passes, and what the program makes of it ---------------
+
+
+@pytest.mark.parametrize("empty", ["", " ~", " null"])
+def test_a_section_without_a_value_is_the_empty_section_offline_as_in_pulumi(project, tmp_path, capsys, empty):
+    text = HEAD + f"  training-platform:portal:{empty}\n"
+    # Pulumi hands a key without a value to the program as the empty text (not "null")
+    texts, _ = config_map("training-platform", {"config": {"portal": {"default": {}}}}, load_stack_file(_write(tmp_path, text)))
+    assert texts["training-platform:portal"] == ""
+    rc, printed = _render(project, tmp_path, capsys, text)
+    assert rc == 0, printed
+
+
+def test_an_empty_text_section_is_the_unset_section():
+    assert load_settings({"portal": ""}, stack="dev", region="us-west-2").portal == load_settings({}, stack="dev", region="us-west-2").portal
+    assert load_settings({"portal": None, "trainer": ""}, stack="dev", region="us-west-2").trainer == load_settings({}, stack="dev", region="us-west-2").trainer
+
+
+def test_the_schema_takes_secure_values_and_the_old_key_form_as_pulumi_does():
+    secure = f"  training-platform:portal:\n    clientSecret:\n      secure: {CIPHERTEXT}\n"
+    assert _schema_errors(HEAD + secure) == []  # the form the plain-secret refusal tells users to create
+    assert _schema_errors(HEAD + "  training-platform:cluster:\n    name:\n      secure: AAAB\n") == []  # any string Pulumi may hold encrypted
+    assert _schema_errors(HEAD + "  training-platform:portal:\n    clientSecret:\n      secure: 5\n") == ["config/training-platform:portal/clientSecret"]
+    assert _schema_errors(HEAD + "  training-platform:portal:\n    enabled:\n      secure: AAAB\n") == ["config/training-platform:portal/enabled"]  # a boolean stays one
+    assert config_key("training-platform:config:portal") == "training-platform:portal"
+    assert _schema_errors(HEAD + "  training-platform:config:portal:\n    enabled: true\n") == []
+    assert _schema_errors(HEAD + "  training-platform:config:portal:\n    enabled: yes\n") == ["config/training-platform:config:portal/enabled"]
+    assert _schema_errors(HEAD + "  training-platform:config:portal: {}\n  portal: {}\n") == ["config"]
+    assert _schema_errors(HEAD + "  training-platform:config:portal: {}\n  training-platform:portal: {}\n") == ["config"]
+
+
+def test_a_trainjob_stacks_run_without_a_value_is_its_empty_section():
+    from config.run_config import load_run
+    from workloads.builders.trainjobs import WORKLOADS
+
+    names = {k: w.name for k, w in WORKLOADS.items()}
+    unset = load_run({"platform": "organization/training-platform/dev", "ddp": {}}, stack="nightly", base_names=names)
+    for empty in ("", None):
+        assert load_run({"platform": "organization/training-platform/dev", "ddp": empty}, stack="nightly", base_names=names) == unset

@@ -88,6 +88,14 @@ def test_a_default_name_from_a_long_directory_is_shortened_to_fit(tmp_path):
     assert names[0] != names[1]  # same start, different directories: different jobs
 
 
+def test_default_names_of_ascii_directories_that_differ_only_in_what_a_label_drops_stay_apart():
+    names = [tn.label_from(d, 48) for d in ("my_model", "my-model", "My.Model", "MY_MODEL", "my--model")]
+    assert len(set(names)) == len(names) and names[1] == "my-model" and names[4] == "my--model"  # labels kept as they are
+    assert all(re.fullmatch(r"my-model-[0-9a-f]{8}", n) for n in (names[0], names[2], names[3]))
+    assert tn.label_from("my_model", 48) == names[0]  # stable: a resubmit resumes
+    assert re.fullmatch(r"exp-[0-9a-f]{8}", tn.label_from("2024_exp", 48)) and tn.label_from("2024_exp", 48) != tn.label_from("exp", 48) == "exp"
+
+
 def test_the_dry_runs_default_name_fits_its_node_count(capsys, tmp_path):
     d = tmp_path / ("z" * 70)
     d.mkdir()

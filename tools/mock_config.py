@@ -67,5 +67,6 @@ def config_map(project: str, project_file: dict, stack_file: dict) -> tuple[dict
         config[key], secure = _unknown_secrets(value)
         if secure:
             secret_keys.append(key)
-    as_strings = {k: v if isinstance(v, str) else json.dumps(_go_json(v)) for k, v in config.items()}
+    # a key given without a value (``portal:``, ``~``, ``null``): Pulumi passes the empty text
+    as_strings = {k: v if isinstance(v, str) else "" if v is None else json.dumps(_go_json(v)) for k, v in config.items()}
     return as_strings, secret_keys

@@ -47,12 +47,13 @@ from __future__ import annotations
 import os
 import pathlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from config import job_requirements
 
 # the limits and the size measure are the stack's too (config/object_size.py): one check everywhere
-from config.object_size import MAX_CONFIGMAP_BYTES, MAX_OBJECT_BYTES, SERVER_ADDED_BYTES, size_problem, stored_size  # noqa: F401  (part of this module's interface)
+from config.object_size import MAX_CONFIGMAP_BYTES, MAX_OBJECT_BYTES, SERVER_ADDED_BYTES, env_blame, size_problem, stored_size  # noqa: F401  (part of this module's interface)
 
 KEY_MAX_LENGTH = 253  # IsConfigMapKey: at most 253 characters
 _KEY_RE = re.compile(r"^[-._a-zA-Z0-9]+$", re.ASCII)
@@ -186,7 +187,18 @@ def _too_many(code_dir: str | os.PathLike, files: int, size: int, kind: str, so_
     )
 
 
-def object_problems(code_dir: str | os.PathLike, files: int, objects: list[dict]) -> list[str]:
-    """A line for each object (the code ConfigMap, the TrainJob with its per-file volume items)
-    larger than the API server stores."""
-    return [_too_many(code_dir, files, stored_size(o), o["kind"]) for o in objects if size_problem(o) is not None]
+def object_problems(code_dir: str | os.PathLike, files: int, objects: list[dict], env: Mapping[str, str] | None = None) -> list[str]:
+    """A line for each object (the code ConfigMap, the TrainJob with its per-file volume items and
+    its environment ``env``) larger than the API server stores: named by the variable whose value
+    alone makes the difference (as the render names it: config/object_size.py env_blame), else
+    by the code dir's files, with the largest environment values beside them."""
+    lines = []
+    for obj in objects:
+        if (why := size_problem(obj)) is None:
+            continue
+        culprit, largest = env_blame(obj, env or {})
+        if culprit:
+            lines.append(f"--env {culprit}: {why}{largest}; allowed: values that fit (a large value belongs in a file the job reads: the code dir, its image, the checkpoint volume, S3)")
+        else:
+            lines.append(_too_many(code_dir, files, stored_size(obj), obj["kind"]) + largest)
+    return lines

@@ -298,8 +298,8 @@ def with_launcher(bundle: CodeBundle) -> CodeBundle:
 
 def default_name(bundle: CodeBundle, num_nodes: int = 1) -> str:
     """The code directory's name as a TrainJob name (:func:`config.trainjob_names.label_from`: an
-    RFC 1035 label, a hash of the name added when it has characters a label cannot spell, ``job``
-    when nothing is left), shortened with a hash of the whole when it is longer than a job of
+    RFC 1035 label: the name as it is when it is one, else what is left of it (``job`` when
+    nothing is) with a hash of the whole name, so that ``My_Model`` and ``my-model`` stay apart), shortened with a hash of the whole when it is longer than a job of
     ``num_nodes`` nodes may be named (:func:`config.trainjob_names.name_max`).
     Not the code's hash: a fixed job keeps its name, so its checkpoint directory
     ``/mnt/checkpoints/<name>`` (:data:`tj.CHECKPOINT_DIR_ENV`) and resumes from it."""
@@ -363,7 +363,7 @@ def build(req: Request, bundle: CodeBundle) -> tuple[dict, dict]:
         for volume in pod.get("volumes", []):
             if volume["name"] == tj.CODE_VOLUME:
                 volume["configMap"]["items"] = items
-    too_big = object_problems(bundle.root, len(bundle.paths), [configmap, trainjob])  # what the API server can store
+    too_big = object_problems(bundle.root, len(bundle.paths), [configmap, trainjob], dict(req.env))  # what the API server can store
     if too_big:
         raise SubmitError("\n".join(too_big))
     return configmap, trainjob

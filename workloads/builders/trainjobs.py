@@ -13,7 +13,7 @@ from typing import Any
 
 from config import catalog
 from config.job_env import env_list
-from config.object_size import MAX_OBJECT_BYTES, size_problem, stored_size
+from config.object_size import env_blame, size_problem
 from config.schema import UNSHOWN, ConfigError
 from config.settings import (
     DEADLINE_INCOMPATIBLE_TRAINERS,
@@ -418,8 +418,7 @@ def size_problems(key: str, job: JobBase, objects: Iterable[dict]) -> Iterator[C
     for obj in objects:
         if (why := size_problem(obj)) is None:
             continue
-        sizes = sorted(((len(v.encode()), n) for n, v in job.env.items()), reverse=True) if obj.get("kind") != "ConfigMap" else []
         # the variable whose value alone makes the difference names the line; else the job
-        where = f"{key}.env.{sizes[0][1]}" if sizes and sizes[0][0] >= stored_size(obj) - MAX_OBJECT_BYTES else key
-        largest = f" (its largest environment values: {', '.join(f'{n} {b} bytes' for b, n in sizes[:3])})" if sizes else ""
+        culprit, largest = env_blame(obj, job.env)
+        where = f"{key}.env.{culprit}" if culprit else key
         yield ConfigError(where, UNSHOWN, f"{why}{largest}; allowed: values that fit (a large value belongs in a file the job reads: its image, the checkpoint volume, S3)")
