@@ -176,6 +176,17 @@ INVOKE_ACTIONS = {
     "aws:index/getCallerIdentity:getCallerIdentity": None,
     "aws:index/getPartition:getPartition": None,
     "aws:index/getRegion:getRegion": None,
+    # what the account holds before anything is registered (infra/registry.py held_tags, infra/gpu_aws.py,
+    # infra/network.py): terraform-provider-aws aws_ecr_repositories DescribeRepositories, aws_ecr_images
+    # ListImages, aws_vpc_endpoint_service DescribeVpcEndpointServices, aws_network_interface
+    # DescribeNetworkInterfaces, aws_iam_roles ListRoles, aws_servicequotas_service_quota by name
+    # ListAWSDefaultServiceQuotas then GetServiceQuota
+    "aws:ecr/getRepositories:getRepositories": "ecr:DescribeRepositories",
+    "aws:ecr/getImages:getImages": "ecr:ListImages",
+    "aws:ec2/getVpcEndpointService:getVpcEndpointService": "ec2:DescribeVpcEndpointServices",
+    "aws:ec2/getNetworkInterface:getNetworkInterface": "ec2:DescribeNetworkInterfaces",
+    "aws:iam/getRoles:getRoles": "iam:ListRoles",
+    "aws:servicequotas/getServiceQuota:getServiceQuota": ("servicequotas:ListAWSDefaultServiceQuotas", "servicequotas:GetServiceQuota"),
 }
 # inside pulumi-eks v4.3.0 (nodejs/eks/cluster/cluster.ts, addons/cni-addon.ts): getAddonVersion for
 # kube-proxy and the VPC CNI; and the preflight's describe-cluster
@@ -211,8 +222,13 @@ def test_preview_policy_covers_what_a_preview_looks_up(monkeypatch):
     monkeypatch.setattr(mock_runtime.PlanMocks, "call", recording)
     for stack in ("dev", "prod"):
         mock_runtime.run_program(str(PROJECT), stack)
+    # a stack deployed before (its repositories exist, its builds retained), with spot and interface endpoints:
+    # the reads only such a stack makes
+    held = {"training-dev-workloads": {}, **{deploy_state.parameter_name("training-dev", f"{deploy_state.RETAINED_BUILDS}-workloads"): {}}}
+    mock_runtime.run_program(str(PROJECT), "dev", stack_config={"config": dev_config(gpuPool={"capacityTypes": ["on-demand", "spot"]}, network={"interfaceEndpoints": True})},
+                             registry_images={"training-dev-workloads": {}}, ssm_parameters={k: "true" for k in held if k.startswith("/")})
     assert seen and seen <= set(INVOKE_ACTIONS), seen - set(INVOKE_ACTIONS)
-    needed = {INVOKE_ACTIONS[t] for t in seen if INVOKE_ACTIONS[t]} | OTHER_ACTIONS
+    needed = {a for t in seen if INVOKE_ACTIONS[t] for a in ((INVOKE_ACTIONS[t],) if isinstance(INVOKE_ACTIONS[t], str) else INVOKE_ACTIONS[t])} | OTHER_ACTIONS
     assert needed == _actions(_policy())
     ssm = [st for st in _policy()["Statement"] if st["Action"] == "ssm:GetParameter"][0]
     # an SSM parameter's ARN is arn:<partition>:ssm:<region>:<account>:parameter/<name without its leading "/">
