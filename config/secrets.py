@@ -187,7 +187,9 @@ def secret_shape(value: str, name: str = "") -> str | None:
     digest = bool(DIGEST_WORDS & set(named))  # GIT_COMMIT, MODEL_SHA256: its hex is what the name says
     if _SECRET_VALUE.search(_HEX_RUN.sub("", value) if digest else value) or _PREFIXED.search(value):
         return "it has the shape of a token, key or password (a known token format, a private key, or a URL with a password or a token parameter)"
-    if _LONG_HEX.search(value) and not digest and not (named and named[-1] in ID_WORDS and _UUID_HEX.fullmatch(value)):
+    # a random key of 32 hex digits and more uses most of the 16 (a run like 'a' * 64, a bucket or job name, is none)
+    long_hex = any(len(set(m.group().lower())) >= 8 for m in _LONG_HEX.finditer(value))
+    if long_hex and not digest and not (named and named[-1] in ID_WORDS and _UUID_HEX.fullmatch(value)):
         return "it holds a long hex string (32 or more hex digits), the shape of an API key"
     if any(_high_entropy(m.group()) for m in _RUN.finditer(value)):
         return "it holds a random-looking base64 string, the shape of a token"

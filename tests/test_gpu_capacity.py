@@ -166,12 +166,12 @@ def test_schema_validation_rejects_unknown_fields(need_schemas):
 GPU_INVALID = [
     ({"gpuPool": {"mode": "fargate"}}, "gpuPool.mode"),
     ({"gpuPool": {"capacityTypes": ["preemptible"]}}, "gpuPool.capacityTypes[0]"),
-    ({"gpuPool": {"instanceTypes": ["m5.large"]}}, "gpuPool.instanceTypes"),
+    ({"gpuPool": {"instanceTypes": ["m5.large"]}}, "gpuPool.instanceTypes[0]"),  # every bad member by its index
     ({"gpuPool": {"instanceFamilies": ["g4dn"]}}, "gpuPool.instanceFamilies[0]"),
     ({"gpuPool": {"instanceTypes": ["p5.48xlarge"], "gpuLimit": 4}}, "gpuPool.gpuLimit"),
     ({"gpuPool": {"gpuLimit": 0}}, "gpuPool.gpuLimit"),
     ({"gpuPool": {"instanceCategories": ["g"], "instanceFamilies": ["p5"]}}, "gpuPool.instanceTypes"),
-    ({"efa": {"enabled": True, "availabilityZone": "us-west-2a", "instanceTypes": ["g5.xlarge"]}}, "efa.instanceTypes"),
+    ({"efa": {"enabled": True, "availabilityZone": "us-west-2a", "instanceTypes": ["g5.xlarge"]}}, "efa.instanceTypes[0]"),
     ({"efa": {"enabled": True}}, "efa.availabilityZone"),
     ({"efa": {"enabled": True, "availabilityZone": "eu-west-1a"}}, "efa.availabilityZone"),
     ({"network": {"availabilityZones": ["us-west-2a", "us-west-2b"]}, "efa": {"enabled": True, "availabilityZone": "us-west-2c"}}, "efa.availabilityZone"),

@@ -133,7 +133,7 @@ TRAINER_INVALID = [
     ({"trainer": {"shmSize": "lots"}}, "trainer.shmSize"),
     ({"trainer": {"shmSize": "0Gi"}}, "trainer.shmSize"),
     ({"trainer": {"runtimes": ["jax-distributed"]}}, "trainer.runtimes[0]"),
-    ({"trainer": {"runtimes": ["torch-distributed-gpu", "torch-distributed-gpu"]}}, "trainer.runtimes"),
+    ({"trainer": {"runtimes": ["torch-distributed-gpu", "torch-distributed-gpu"]}}, "trainer.runtimes[1]"),  # the repeat, by its index
 ]
 
 
