@@ -146,7 +146,7 @@ class GoYamlLoader(yaml.SafeLoader):
         wanted = node.tag[len(_CORE):]
         kind, value = resolve(node.value) if node.value else (NULL, None)
         if kind == INT and wanted == FLOAT:
-            kind, value = FLOAT, float(value)
+            kind, value = FLOAT, float(value)  # pyright: ignore[reportArgumentType]  (an INT: a number)
         if kind != wanted:
             raise GoYamlRefused(f"cannot decode !!{kind} `{node.value}` as a !!{wanted}", node)
         return _checked(kind, value, node)
@@ -169,7 +169,7 @@ class GoYamlLoader(yaml.SafeLoader):
             return self.construct_yaml_seq(node)
         if isinstance(node, yaml.MappingNode):
             return self.construct_yaml_map(node)
-        return self.construct_scalar(node)
+        return self.construct_scalar(node)  # pyright: ignore[reportArgumentType]  (neither a sequence nor a mapping: a scalar)
 
 
 GoYamlLoader.yaml_constructors = {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import pulumi
 import pulumi_aws as aws
@@ -142,7 +143,7 @@ class Network(pulumi.ComponentResource):
             ingress=[aws.ec2.SecurityGroupIngressArgs(protocol="tcp", from_port=vpc_endpoints.HTTPS_PORT, to_port=vpc_endpoints.HTTPS_PORT, cidr_blocks=[s.cidr], description="HTTPS from the VPC")],
             tags={**self._tags, "Name": f"{self._cluster_name}-endpoints"}, opts=self._child(),
         )
-        enis: list[pulumi.Output[list[str]]] = []
+        enis: list[pulumi.Output[Sequence[str]]] = []
         for service in vpc_endpoints.INTERFACE_SERVICES:
             found = self._service(service, "Interface")
             # only the private subnets of zones the service serves: CreateVpcEndpoint refuses a subnet of
@@ -155,7 +156,7 @@ class Network(pulumi.ComponentResource):
             )
             enis.append(endpoint.network_interface_ids)
 
-        def addresses(ids: list[str]) -> pulumi.Output[list[str]]:
+        def addresses(ids: Sequence[str]) -> pulumi.Output[list[str]]:
             found = [aws.ec2.get_network_interface_output(id=i, opts=pulumi.InvokeOptions(parent=self)).private_ip for i in ids]
             return pulumi.Output.all(*found).apply(lambda ips: sorted(ips))
 

@@ -321,7 +321,7 @@ def _watch_engine(address: str, server: grpc.Server) -> None:
     """Stop serving once the engine stops answering (the Go host's health check): a host whose engine
     died must not outlive it."""
     channel = grpc.insecure_channel(address)
-    check = channel.unary_unary("/grpc.health.v1.Health/Check", request_serializer=lambda b: b, response_deserializer=lambda b: b)
+    check = channel.unary_unary("/grpc.health.v1.Health/Check", request_serializer=lambda b: b, response_deserializer=lambda b: b)  # pyright: ignore[reportArgumentType]  (raw bytes both ways)
     failures = 0
     while True:
         time.sleep(1)
