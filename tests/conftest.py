@@ -6,6 +6,7 @@ import copy
 import json
 import os
 import pathlib
+import shutil
 import sys
 
 import pytest
@@ -99,3 +100,22 @@ def need_schemas():
         if os.environ.get("CI"):  # in CI the schema and CEL checks must run, not skip
             pytest.fail(f"CRD schemas not found at {schema_validation.schemas_dir()}: run `python -m tools.fetch_crds DIR` and set CRD_SCHEMAS_DIR")
         pytest.skip(f"CRD schemas not found at {schema_validation.schemas_dir()}: schema validation skipped")
+
+
+@pytest.fixture
+def proj(tmp_path) -> pathlib.Path:
+    """A code directory of one training script (test modules with other code define their own)."""
+    d = tmp_path / "proj"
+    d.mkdir()
+    (d / "train.py").write_text("print(1)\n")
+    return d
+
+
+@pytest.fixture
+def project(tmp_path) -> pathlib.Path:
+    """A copy of the project's entry files; its stack files are the test's."""
+    proj = tmp_path / "project"
+    proj.mkdir()
+    for name in ("Pulumi.yaml", "__main__.py"):
+        shutil.copy(PROJECT / name, proj / name)
+    return proj

@@ -6,7 +6,6 @@ value; valid inputs of the same shapes pass."""
 from __future__ import annotations
 
 import codecs
-import pathlib
 
 import pytest
 
@@ -45,12 +44,6 @@ def _req(text: str | bytes, **more: str | bytes) -> list[str]:
     return job_requirements.problems(files.get, set(files) | {"wheels/x-1-py3-none-any.whl"})
 
 
-@pytest.fixture
-def proj(tmp_path) -> pathlib.Path:
-    d = tmp_path / "proj"
-    d.mkdir()
-    (d / "train.py").write_text("print(1)\n")
-    return d
 
 
 # --- 1: requirements.txt decoded as pip decodes it ---------------------------------------------------------

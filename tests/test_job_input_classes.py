@@ -135,12 +135,6 @@ def _assert_lines(err: str, expected: set[tuple[str, str]]) -> None:
         assert sum(line.startswith(f"{head}: {why}") for line in lines) == 1, (head, lines)
 
 
-@pytest.fixture
-def proj(tmp_path) -> pathlib.Path:
-    d = tmp_path / "proj"
-    d.mkdir()
-    (d / "train.py").write_text("print(1)\n")
-    return d
 
 
 def test_trainctl_submit_gives_the_same_answer(capsys, proj):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
 from config.stack_file import StackFileError, load_stack_file
@@ -75,14 +73,6 @@ CASES = {
 }
 
 
-@pytest.fixture
-def project(tmp_path):
-    """A copy of the project's entry files; its stack files are the test's."""
-    proj = tmp_path / "project"
-    proj.mkdir()
-    for name in ("Pulumi.yaml", "__main__.py"):
-        shutil.copy(PROJECT / name, proj / name)
-    return proj
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import shutil
 
 import jsonschema
 import pytest
@@ -115,13 +114,6 @@ BAD_FILES = {
 }
 
 
-@pytest.fixture
-def project(tmp_path):
-    proj = tmp_path / "project"
-    proj.mkdir()
-    for name in ("Pulumi.yaml", "__main__.py"):
-        shutil.copy(PROJECT / name, proj / name)
-    return proj
 
 
 def _render(project, tmp_path, capsys, text: str) -> tuple[int, str]:
