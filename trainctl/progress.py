@@ -111,11 +111,16 @@ def series(lines: Iterable[str]) -> list[dict]:
     of a step replaces the earlier). Step time where no event gives it: from the events' ``time``
     (seconds since the epoch) between two reported steps. At most the newest ``MAX_POINTS``."""
     by_step: dict[int, dict] = {}
+    reported: set[int] = set()  # steps a TRAINING_EVENT gave (a metric line adds to its step's point)
     for line in lines:
         ev = _step_record(line)
         step = ev.get("step") if ev else None
         if ev is None or not isinstance(step, int) or isinstance(step, bool) or step < 0:
             continue
+        if METRIC_KEY not in ev:
+            if step in reported:
+                by_step.pop(step, None)
+            reported.add(step)
         point = by_step.setdefault(step, {"step": step})
         for key in SERIES_FIELDS:
             value = _number(ev.get(key))
