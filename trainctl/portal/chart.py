@@ -84,8 +84,8 @@ def svg(points: list[dict]) -> str:
             return f"{x:.1f},{y:.1f}"
 
         drawn = _thin(xy)
-        out.append(f'<text x="{PAD_L - 4}" y="{PAD_T + 10}" text-anchor="end">{_fmt(hi_y)}</text>')
-        out.append(f'<text x="{PAD_L - 4}" y="{PAD_T + plot_h}" text-anchor="end">{_fmt(lo_y)}</text>')
+        out.append(f'<text x="{PAD_L - 4}" y="{PAD_T + 10}" text-anchor="end">{_fmt(base_y + span_y)}</text>')
+        out.append(f'<text x="{PAD_L - 4}" y="{PAD_T + plot_h}" text-anchor="end">{_fmt(base_y)}</text>')
         out.append(f'<polyline class="series" data-metric="{metric}" fill="none" stroke="#1f5fa8" stroke-width="1.5" points="{" ".join(at(s, v) for s, v in drawn)}"/>')
         if len(drawn) == 1:
             out.append(f'<circle cx="{at(*drawn[0]).split(",")[0]}" cy="{at(*drawn[0]).split(",")[1]}" r="3" fill="#1f5fa8"/>')
