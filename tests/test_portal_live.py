@@ -19,7 +19,7 @@ from kubernetes import client
 from tests.conftest import PROJECT
 from trainctl import local, progress, usage
 from trainctl.kube import ClusterError, NotAllowed
-from trainctl.portal import chart, live
+from trainctl.portal import chart, live, local_service, service
 from trainctl.portal.app import Settings, create_app
 from trainctl.portal.identity import Caller
 from trainctl.portal.local_service import LocalPortal
@@ -79,6 +79,7 @@ def test_the_documented_example_prints_events_the_series_reads_and_is_the_docs_a
     assert progress.EXAMPLE in doc
     for name, _ in progress.DOCUMENTED_FIELDS:
         assert f"| `{name}` |" in doc
+    assert f"last {service.SERIES_LINES} lines" in doc and f"last {local_service.SERIES_BYTES // 2**20} MiB" in doc  # what the chart reads, as the code reads it
     assert "docs/progress-events.md" in (PROJECT / "README.md").read_text() and "progress-events.md" in (PROJECT / "docs" / "trainctl.md").read_text()
     app = create_app(None, Settings(mode="local", local_caller=local_caller(), allowed_hosts=()), backend=LocalPortal())
     page = TestClient(app).get("/help/progress-events")

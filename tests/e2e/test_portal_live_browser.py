@@ -21,7 +21,7 @@ from trainctl import local
 from trainctl.portal.app import Settings
 from trainctl.portal.local_service import caller as local_caller
 
-REPORTS = ("import os, json, time\nrank = int(os.environ['RANK'])\nprint('worker', rank, 'starts', flush=True)\ntime.sleep(3)\n"
+REPORTS = ("import os, json, time\nrank = int(os.environ['RANK'])\nprint('worker', rank, 'starts <b>bold</b>', flush=True)\ntime.sleep(3)\n"
            "for step in range(1, 9):\n"
            "    if rank == 0:\n"
            "        print('TRAINING_EVENT ' + json.dumps({'event': 'step', 'step': step, 'total_steps': 8, 'loss': 2.0 / step, 'samples_per_s': 50.0 + step, 'step_time_s': 0.5}), flush=True)\n"
@@ -81,6 +81,7 @@ def test_a_job_page_follows_the_log_progress_chart_and_end_without_a_reload(serv
     # worker 0's log, followed with no click on Follow
     _until("worker 0's first line", lambda: "worker 0 starts" in (page.text_content("#log") or ""))
     assert "worker 1" not in (page.text_content("#log") or "")
+    assert "worker 0 starts <b>bold</b>" in (page.text_content("#log") or "") and page.locator("#log b").count() == 0  # the job's text, as text
     _until("progress on the page", lambda: "/8" in (page.text_content("#progress") or ""))
     page.screenshot(path=str(SHOTS / "live-1-running.png"), full_page=True)
     # the end, seen without a reload: the state, Cancel gone, the status region says it
