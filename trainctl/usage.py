@@ -83,6 +83,22 @@ def job_of(wl: dict) -> str:
     return next((o["name"] for o in owners if o.get("kind") == "TrainJob"), (wl.get("metadata") or {}).get("name", "?"))
 
 
+def borrowed(workloads: list[dict], quota: int) -> int:
+    """GPUs Kueue holds for the Workloads beyond a team's nominal quota, flavor by flavor (each GPU
+    pool is a flavor of the team's ClusterQueue with that quota: k8s/builders/kueue.py
+    team_cluster_queue), from ``podSetAssignments[].flavors`` and ``resourceUsage`` of the ones
+    holding quota: Kueue's ``borrowed``, which a team may not read on its cluster-scoped ClusterQueue."""
+    per_flavor: dict[str, int] = {}
+    for wl in workloads:
+        if not (_condition(wl, "Admitted") or _condition(wl, "QuotaReserved")) or _condition(wl, "Finished") or _condition(wl, "Evicted"):
+            continue
+        for ps in ((wl.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []:
+            gpus = int(float(str((ps.get("resourceUsage") or {}).get(GPU, 0))))
+            flavor = str((ps.get("flavors") or {}).get(GPU, ""))
+            per_flavor[flavor] = per_flavor.get(flavor, 0) + gpus
+    return sum(max(0, used - quota) for used in per_flavor.values())
+
+
 def rows(workloads: list[dict], *, since: datetime, now: datetime, team: str | None = None) -> list[Row]:
     out = []
     for wl in workloads:

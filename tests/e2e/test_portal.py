@@ -101,6 +101,11 @@ def test_create_runs_to_complete_with_logs_and_delete_removes_it(portal):
                 break
     text = "\n".join(lines)
     assert "event: line" in text and "simulated (kwok) node" in text and "event: end" in text
+    with c.stream("GET", "/api/trainjob/portal-e2e/state/stream", params={"namespace": "vision"}, headers=alice) as stream:
+        events = [line for line in stream.iter_lines() if line.startswith(("event: ", "data: "))]  # a finished job: its state, then the end
+    assert events[0] == "event: state" and '"status": "Complete"' in events[1] and '"cancel": false' in events[1]
+    assert events[2:] == ["event: end", 'data: {"reason": "finished", "message": "the job has finished (Complete)", "status": "Complete"}'], events
+    assert c.get("/api/trainjob/portal-e2e/progress", params={"namespace": "vision"}, headers=alice).json()["points"] == []  # kwok's pods print no step events
     listed = c.get("/api/trainjobs", params={"namespace": "vision"}, headers=alice).json()["items"]
     assert any(j["trainjob_name"] == "portal-e2e" and j["gpus"] == 2 for j in listed)
     assert c.get("/api/trainjob/portal-e2e/events", params={"namespace": "vision"}, headers=alice).json()["items"]
@@ -116,7 +121,9 @@ def test_another_team_is_refused_by_the_api_server(portal):
     alice, bob = alb_header(up, "alice", "vision"), alb_header(up, "bob", "nlp")
     assert _create(c, alice, name="vision-private").status_code == 200
     for method, path in (("GET", "/api/trainjob/vision-private/status"), ("GET", "/api/trainjob/vision-private/logs"), ("GET", "/api/trainjob/vision-private/logs/stream"),
-                         ("GET", "/api/trainjob/vision-private/events"), ("DELETE", "/api/trainjob/vision-private"), ("GET", "/api/trainjobs"), ("GET", "/api/trainjob/vision-private/queue")):
+                         ("GET", "/api/trainjob/vision-private/events"), ("DELETE", "/api/trainjob/vision-private"), ("GET", "/api/trainjobs"), ("GET", "/api/trainjob/vision-private/queue"),
+                         ("GET", "/api/trainjob/vision-private/state/stream"), ("GET", "/api/trainjobs/stream"), ("GET", "/api/trainjob/vision-private/progress"),
+                         ("GET", "/api/trainjob/vision-private/chart.svg")):
         r = c.request(method, path, params={"namespace": "vision"}, headers={**bob, **JSON})
         assert r.status_code == 403, (method, path, r.text)
         assert 'User \\"portal:nlp\\"' in r.text or "portal:nlp" in r.text  # the API server's answer, as the impersonated user

@@ -79,7 +79,11 @@ def test_a_user_submits_watches_reads_logs_clones_and_cancels(served, browser):
     page.click("#submit")
     page.wait_for_url("**/jobs/browser-job**")
     assert "Job submitted." in page.content()
-    # watch it run and finish (the page is server-rendered: reload it)
+    # watch it run and finish without a reload (the state stream, read as alice through the
+    # portal's impersonation), Cancel going with the end; worker 0's log followed from the start
+    assert page.locator("#cancel").count() == 1
+    loads: list[str] = []
+    page.on("load", lambda p: loads.append(p.url))
     deadline = time.monotonic() + 120
     seen: set[str] = set()
     state = ""
@@ -88,9 +92,17 @@ def test_a_user_submits_watches_reads_logs_clones_and_cancels(served, browser):
         seen.add(state)
         if state in ("Complete", "Failed"):
             break
-        time.sleep(2)
-        page.reload()
+        time.sleep(0.5)
     assert state == "Complete", seen
+    assert loads == [], loads
+    deadline = time.monotonic() + 10
+    while page.locator("#cancel").count() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert page.locator("#cancel").count() == 0 and (page.text_content("#announce") or "").startswith("Job browser-job is now Complete")
+    deadline = time.monotonic() + 30
+    while "simulated (kwok) node" not in (page.text_content("#log") or "") and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert "simulated (kwok) node" in (page.text_content("#log") or "")  # worker 0's, with no click on Follow
     page.screenshot(path=str(SHOTS / "3-job-complete.png"), full_page=True)
     # a worker's log stream
     page.select_option("#worker", "1")
@@ -116,6 +128,7 @@ def test_a_user_submits_watches_reads_logs_clones_and_cancels(served, browser):
     assert "Job browser-job-clone cancelled." in page.content()
     assert "browser-job-clone" not in page.text_content("#jobs")
     page.goto(base + "/team")
+    assert "no quota in local mode" not in (page.text_content("#quota") or "") and (page.text_content("#gpus-used") or "").startswith("0 ")
     page.screenshot(path=str(SHOTS / "6-team.png"), full_page=True)
     ctx.close()
     # another team's user sees none of it

@@ -1,5 +1,6 @@
 """The portal's JSON API (``/api/*``): the seed guide's four endpoints with its request and
-response shapes, and upload, list, events, diagnosis, queue position, team usage and a log stream.
+response shapes, and upload, list, events, diagnosis, queue position, team usage, a log stream, the
+jobs' state as streams (trainctl/portal/live.py) and their progress events as a series and a chart.
 Bad input: HTTP 422 with ``{"problems": [{"field", "problem"}, ...]}``, one entry per problem,
 nothing created; what the API server refuses keeps its status (403, 404, 409)."""
 
@@ -8,10 +9,11 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, File, Form, Query, Request, UploadFile
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from config.secrets import shown
+from trainctl.portal import chart
 from trainctl.portal.identity import Caller, Unauthorized
 from trainctl.portal.service import JobSpec, Problems, request_of
 from trainctl.portal.upload import MAX_UPLOAD_BYTES, Part
@@ -20,6 +22,7 @@ router = APIRouter(prefix="/api", tags=["trainjobs"])
 MAX_CODE_CHARS = 1024 * 1024
 LOG_TAIL_MAX = 10000
 CSRF_HEADER = "x-csrf-token"
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 class JobConfig(BaseModel):
@@ -164,7 +167,37 @@ def worker_logs(request: Request, name: str, namespace: str | None = None, worke
 def worker_log_stream(request: Request, name: str, namespace: str | None = None, worker: Annotated[int, Query(ge=0, le=999)] = 0):
     caller = caller_of(request)
     gen = request.app.state.portal.log_stream(caller, _namespace(caller, namespace), name, worker, heartbeat_s=request.app.state.settings.heartbeat_s)
-    return StreamingResponse(gen, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return StreamingResponse(gen, media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+@router.get("/trainjob/{name}/state/stream", summary="the job's state, workers, restarts, progress and queue position as server-sent events (state on each change, end; heartbeat comments)")
+def state_stream(request: Request, name: str, namespace: str | None = None):
+    caller = caller_of(request)
+    settings = request.app.state.settings
+    gen = request.app.state.portal.state_stream(caller, _namespace(caller, namespace), name, heartbeat_s=settings.heartbeat_s, poll_s=settings.poll_s)
+    return StreamingResponse(gen, media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+@router.get("/trainjobs/stream", summary="the namespace's TrainJobs as server-sent events (jobs on each change, end when none is left to follow)")
+def jobs_stream(request: Request, namespace: str | None = None):
+    caller = caller_of(request)
+    settings = request.app.state.settings
+    gen = request.app.state.portal.jobs_stream(caller, _namespace(caller, namespace), heartbeat_s=settings.heartbeat_s, poll_s=settings.poll_s)
+    return StreamingResponse(gen, media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+@router.get("/trainjob/{name}/progress", summary="every step event of worker 0's log: loss, throughput, step time (format: docs/progress-events.md)")
+def progress_series(request: Request, name: str, namespace: str | None = None) -> dict[str, Any]:
+    caller = caller_of(request)
+    found = request.app.state.portal.progress_series(caller, _namespace(caller, namespace), name)
+    return {**found, "summary": chart.summary(found["points"])}
+
+
+@router.get("/trainjob/{name}/chart.svg", summary="the chart of loss, throughput and step time by step (SVG)", response_class=Response)
+def progress_chart(request: Request, name: str, namespace: str | None = None) -> Response:
+    caller = caller_of(request)
+    found = request.app.state.portal.progress_series(caller, _namespace(caller, namespace), name)
+    return Response(chart.svg(found["points"]), media_type="image/svg+xml", headers={"Cache-Control": "no-cache", "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'"})
 
 
 @router.delete("/trainjob/{name}", summary="delete a TrainJob (and its code ConfigMap unless another job uses it)")

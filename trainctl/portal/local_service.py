@@ -29,6 +29,7 @@ from trainctl.portal.service import JobSpec, Problems, code_bundle, gpus_of, req
 
 LOCAL_NAMESPACE = "local"  # trainctl submit --local's namespace when none is given (trainctl/reports.py)
 NOTE = "Local mode: jobs run on this machine's CPU through the emulator (trainctl submit --local); no Kubernetes, no queue"
+SERIES_BYTES = 4 * 1024 * 1024  # what the chart reads of a job's output: its end
 PHASES = {"Running": "Running", "Complete": "Complete", "Failed": "Failed"}
 
 
@@ -156,12 +157,14 @@ class LocalPortal:
         self._dir(namespace, name)
         return {"position": None, "position_in_cluster_queue": None, "ahead": [], "source": "local mode: no queue, a job starts when submitted", "estimated": False}
 
-    def team(self, caller: Caller, namespace: str) -> dict[str, Any]:  # noqa: ARG002
+    def team(self, caller: Caller, namespace: str) -> dict[str, Any]:
+        """GPUs in use: what the running jobs ask for (their TrainJobs' requests; the emulator runs
+        them on this machine's CPU); no quota, no borrowing and no GPU-hours in local mode (no Kueue)."""
         running = [r for r in self.list(caller, namespace, with_progress=False) if r["status"] == "Running"]
         return {
-            "namespace": namespace, "team": None, "gpu_quota": None, "gpus_used": 0, "gpus_borrowed": None, "gpu_hours_week": 0,
+            "namespace": namespace, "team": None, "local": True, "gpu_quota": None, "gpus_used": sum(r["gpus"] or 0 for r in running), "gpus_borrowed": None, "gpu_hours_week": None,
             "queue": {"source": "local mode: no queue", "estimated": False, "items": []},
-            "running": [{"job": r["trainjob_name"], "gpus": 0, "since": r["created_at"]} for r in running],
+            "running": [{"job": r["trainjob_name"], "gpus": r["gpus"] or 0, "since": r["created_at"]} for r in running],
         }
 
     def submitted_form(self, caller: Caller, namespace: str, name: str) -> dict[str, Any]:  # noqa: ARG002
@@ -174,6 +177,25 @@ class LocalPortal:
         tj = next((o for o in docs if o.get("kind") == "TrainJob"), {"metadata": {"name": name}, "spec": {}})
         cm = next((o for o in docs if o.get("kind") == "ConfigMap"), {})
         return {"trainjob": tj, "train_py": (cm.get("data") or {}).get("train.py", "")}
+
+    def state_stream(self, caller: Caller, namespace: str, name: str, *, heartbeat_s: float, poll_s: float) -> AsyncIterator[str]:
+        """The job's state as server-sent events (trainctl/portal/live.py), every read a :meth:`status`."""
+        from trainctl.portal import live
+
+        first = self.status(caller, namespace, name)
+        return live.job_stream(lambda: self.status(caller, namespace, name), first, name=name, heartbeat_s=heartbeat_s, poll_s=poll_s, gone=(LocalNotFound, local.LocalError))
+
+    def jobs_stream(self, caller: Caller, namespace: str, *, heartbeat_s: float, poll_s: float) -> AsyncIterator[str]:
+        from trainctl.portal import live
+
+        first = self.list(caller, namespace)
+        return live.list_stream(lambda: self.list(caller, namespace), first, namespace=namespace, heartbeat_s=heartbeat_s, poll_s=poll_s)
+
+    def progress_series(self, caller: Caller, namespace: str, name: str) -> dict[str, Any]:  # noqa: ARG002
+        """Every step event of node 0's lines (the newest ``SERIES_BYTES`` of the job's output)."""
+        d = self._dir(namespace, name)
+        lines = [line for line in local.tail_lines(d, SERIES_BYTES) if (m := local.NODE_LINE.match(line)) and m.group(2) == "0"]
+        return {"trainjob_name": name, "namespace": namespace, "source": "the log of worker 0", "points": progress.series(lines)}
 
     # --- logs ------------------------------------------------------------------------------------
 

@@ -99,11 +99,13 @@ def stream(portal: Pods, caller: Caller, namespace: str, name: str, worker: int,
     return relay(reader, name=name, worker=worker, heartbeat_s=heartbeat_s, on_close=close)
 
 
-async def relay(reader: Callable[[Callable[[str, Any], None], threading.Event], None], *, name: str, worker: int, heartbeat_s: float,
+async def relay(reader: Callable[[Callable[[str, Any], None], threading.Event], None], *, name: str, worker: int | None = None, heartbeat_s: float,
                 on_close: Callable[[], None] | None = None) -> AsyncIterator[str]:
-    """The events a ``reader`` puts (``line``, ``wait``, ``pod``, ``end``; it runs on a thread of its
-    own and returns when ``stop`` is set) as server-sent events, with heartbeats; the pod logs of
-    the cluster (:func:`stream`) and the local jobs' logs (trainctl/portal/local_service.py)."""
+    """The events a ``reader`` puts (``line``, ``wait``, ``pod``, ``end``; any other kind, such as
+    the job page's ``state``, is sent as it is; the reader runs on a thread of its own and returns
+    when ``stop`` is set) as server-sent events, with heartbeats; the pod logs of the cluster
+    (:func:`stream`), the local jobs' logs (trainctl/portal/local_service.py) and the jobs' state
+    (trainctl/portal/live.py, no ``worker``)."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
     stop = threading.Event()
@@ -116,7 +118,7 @@ async def relay(reader: Callable[[Callable[[str, Any], None], threading.Event], 
         except RuntimeError:  # the loop is gone: the client left
             stop.set()
 
-    thread = threading.Thread(target=reader, args=(put, stop), daemon=True, name=f"logs-{name}-{worker}")
+    thread = threading.Thread(target=reader, args=(put, stop), daemon=True, name=f"logs-{name}-{worker}" if worker is not None else f"state-{name}")
     thread.start()
     waited = False
     try:
@@ -135,9 +137,11 @@ async def relay(reader: Callable[[Callable[[str, Any], None], threading.Event], 
                     waited = True
             elif kind == "pod":
                 yield sse("status", {"message": f"reading pod {value['pod']}"})
-            else:
+            elif kind == "end":
                 yield sse("end", value)
                 return
+            else:
+                yield sse(kind, value)
     finally:
         stop.set()
         if on_close is not None:

@@ -13,7 +13,9 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
+from trainctl import progress
 from trainctl.kube import ClusterError
+from trainctl.portal import chart
 from trainctl.portal.identity import Caller, Unauthorized
 from trainctl.portal.service import JobSpec, Problems
 from trainctl.portal.upload import MAX_UPLOAD_BYTES, Part
@@ -73,8 +75,19 @@ def job_page(request: Request, name: str):
     caller, ns = _who(request)
     portal = request.app.state.portal
     job = portal.status(caller, ns, name)
+    try:
+        points = portal.progress_series(caller, ns, name)["points"]
+    except ClusterError:  # the log may not be readable (yet): the chart says it has no events
+        points = []
     return _page(request, "job.html", caller, ns, job=job, events=portal.events(caller, ns, name), findings=portal.diagnosis(caller, ns, name),
-                 notice="Job submitted." if request.query_params.get("submitted") else None)
+                 series={"points": points, "summary": chart.summary(points)}, notice="Job submitted." if request.query_params.get("submitted") else None)
+
+
+@router.get("/help/progress-events", response_class=HTMLResponse)
+def progress_help(request: Request):
+    """How a program reports its progress (docs/progress-events.md, in short), with the example the doc gives."""
+    caller, ns = _who(request)
+    return _page(request, "progress_help.html", caller, ns, example=progress.EXAMPLE, fields=progress.DOCUMENTED_FIELDS)
 
 
 @router.post("/jobs/{name}/cancel")

@@ -37,6 +37,7 @@ runtime here (the platform's MPI runtime, DeepSpeed's, is not one trainctl submi
 FIELDS = {"--nodes": "config.num_nodes", "--gpus-per-node": "config.gpu_per_node", "--instance-type": "config.instance_type", "--image": "image", "--name": "name",
           "--namespace": "namespace", "--env": "env", "--secret-env": "secret_env", "--grace-seconds": "config.grace_seconds", "--priority": "priority"}
 WEEK = timedelta(days=7)
+SERIES_LINES = 20000  # the lines of worker 0's log the chart reads (its newest)
 
 
 class Problems(ValueError):
@@ -306,23 +307,27 @@ class Portal:
         return _position(self._pending(kube), name)
 
     def team(self, caller: Caller, namespace: str) -> dict[str, Any]:
+        """GPUs in use: what the namespace's running jobs ask for (:func:`gpus_of`); the quota: the
+        team's (the stack's ``tenants.<team>.gpuQuota``, the nominal quota of its Kueue ClusterQueue);
+        borrowed: what Kueue admitted beyond it (trainctl/usage.py ``borrowed``); GPU-hours from Kueue's Workloads."""
         kube = self.kube(caller, namespace)
         now = datetime.now(UTC)
         try:
             workloads = kube.all_workloads(all_namespaces=False)
+            jobs = [t for t in kube.list_trainjobs() if jobstate.phase(t) == "Running"]
         except ClusterError as err:
             return {"namespace": namespace, "team": caller.team, "error": str(err)}
-        running = usage.rows(workloads, since=now - timedelta(seconds=1), now=now)
+        admitted = [r for r in usage.rows(workloads, since=now - timedelta(seconds=1), now=now) if r.end is None]
         week = usage.rows(workloads, since=now - WEEK, now=now)
-        used = sum(r.gpus for r in running if r.end is None)
         quota = caller.gpu_quota
         if quota is None:
             quota = (kube.platform_facts() or {}).get("gpuQuota")
-        pending = self._pending(kube)
+        since = {r.job: r.start.isoformat(timespec="seconds") for r in admitted}
+        running = [{"job": t["metadata"]["name"], "gpus": gpus_of(t) or 0, "since": since.get(t["metadata"]["name"]) or t["metadata"].get("creationTimestamp")} for t in jobs]
         return {
-            "namespace": namespace, "team": caller.team, "gpu_quota": quota, "gpus_used": used, "gpus_borrowed": max(0, used - quota) if quota is not None else None,
-            "gpu_hours_week": round(sum(r.gpu_hours for r in week), 3), "since": (now - WEEK).isoformat(timespec="seconds"), "queue": pending,
-            "running": [{"job": r.job, "gpus": r.gpus, "since": r.start.isoformat(timespec="seconds")} for r in running if r.end is None],
+            "namespace": namespace, "team": caller.team, "local": False, "gpu_quota": quota, "gpus_used": sum(r["gpus"] for r in running),
+            "gpus_borrowed": usage.borrowed(workloads, quota) if quota is not None else None,
+            "gpu_hours_week": round(sum(r.gpu_hours for r in week), 3), "since": (now - WEEK).isoformat(timespec="seconds"), "queue": self._pending(kube), "running": running,
         }
 
     # --- logs ------------------------------------------------------------------------------------
@@ -368,6 +373,27 @@ class Portal:
 
         self.worker_pod(caller, namespace, name, worker)
         return logs.stream(self, caller, namespace, name, worker, heartbeat_s=heartbeat_s)
+
+    def state_stream(self, caller: Caller, namespace: str, name: str, *, heartbeat_s: float, poll_s: float):
+        """The job's state as server-sent events (trainctl/portal/live.py), every read a
+        :meth:`status` as the caller; the first before the stream starts (a refusal is its HTTP status)."""
+        from trainctl.portal import live
+
+        first = self.status(caller, namespace, name)
+        return live.job_stream(lambda: self.status(caller, namespace, name), first, name=name, heartbeat_s=heartbeat_s, poll_s=poll_s)
+
+    def jobs_stream(self, caller: Caller, namespace: str, *, heartbeat_s: float, poll_s: float):
+        """The namespace's jobs as server-sent events, every read a :meth:`list` as the caller."""
+        from trainctl.portal import live
+
+        first = self.list(caller, namespace)
+        return live.list_stream(lambda: self.list(caller, namespace), first, namespace=namespace, heartbeat_s=heartbeat_s, poll_s=poll_s)
+
+    def progress_series(self, caller: Caller, namespace: str, name: str) -> dict[str, Any]:
+        """Every step event of worker 0's log (its last ``SERIES_LINES`` lines; trainctl/progress.py ``series``)."""
+        kube, _tj, pod = self.worker_pod(caller, namespace, name, 0)
+        lines = kube.log_tail(pod["metadata"]["name"], lines=SERIES_LINES) if pod is not None else []
+        return {"trainjob_name": name, "namespace": namespace, "source": "the log of worker 0", "points": progress.series(lines)}
 
     def worker_pod(self, caller: Caller, namespace: str, name: str, worker: int) -> tuple[KubeApi, dict, dict | None]:
         """(client, TrainJob, the pod of worker N or None). Raises Problems for a worker out of range."""
