@@ -378,11 +378,12 @@ def code_configmap_of(trainjob: dict) -> str | None:
     return None
 
 
-def command_of(trainjob: dict, paths: set[str] | dict[str, str]) -> list[str] | None:
+def command_of(trainjob: dict, paths: set[str] | dict[str, str] | None) -> list[str] | None:
     """The user's command of a TrainJob :func:`entry` built, its inverse (Clone & edit): the
     launcher's prefix taken off, a shipped file's path under the code mount (``paths``: the code's
-    relative paths) given back as written relative; None for a TrainJob of another shape. ``python``
-    and ``python3`` build the same job on the torch runtime: ``python`` is given back."""
+    relative paths; None when the code is unknown: any path there) given back as written relative;
+    None for a TrainJob of another shape. ``python`` and ``python3`` build the same job on the torch
+    runtime: ``python`` is given back."""
     trainer = (trainjob.get("spec") or {}).get("trainer") or {}
     launcher = f"{tj.CODE_MOUNT}/{LAUNCHER}"
     torch = ["python3", launcher, "torchrun", "--no-python", "python3", launcher, "--worker", "python3", "-u"]
@@ -395,7 +396,7 @@ def command_of(trainjob: dict, paths: set[str] | dict[str, str]) -> list[str] | 
     else:
         return None
     mount = tj.CODE_MOUNT + "/"
-    return [a[len(mount):] if a.startswith(mount) and a[len(mount):] in paths else a for a in command]
+    return [a[len(mount):] if a.startswith(mount) and (paths is None or a[len(mount):] in paths) else a for a in command]
 
 
 def code_files(configmap: dict, trainjob: dict) -> dict[str, str | bytes]:

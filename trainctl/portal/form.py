@@ -153,7 +153,7 @@ def clone_form(found: dict[str, Any]) -> dict[str, Any]:
     if found.get("code_problem"):
         notes.append(f"The code is not carried: {found['code_problem']}; paste or upload it.")
     files = objects.code_files(found["configmap"], tj) if found.get("configmap") is not None else {}
-    command = objects.command_of(tj, set(files))
+    command = objects.command_of(tj, set(files) if found.get("configmap") is not None else None)
     if command is None:
         notes.append("The command is not carried: the job's is not one trainctl or the portal writes; enter it.")
     boxes = {}
