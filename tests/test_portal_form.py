@@ -50,8 +50,8 @@ class FormReader(html.parser.HTMLParser):
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
-        if a.get("id"):
-            self.controls[a["id"]] = a
+        if (cid := a.get("id")) is not None:
+            self.controls[cid] = a
         if tag == "input" and a.get("name") and "disabled" not in a and a.get("type") != "file":
             if a.get("type") in ("radio", "checkbox") and "checked" not in a:
                 return
@@ -137,10 +137,6 @@ def alb(monkeypatch):
     app = create_app(cfg, Settings(mode="alb", region="us-west-2", signer=ARN, teams=TEAMS), alb_keys=lambda kid: PUB)
     c = TestClient(app, raise_server_exceptions=False, headers={**ALB_FORWARDED, "x-amzn-oidc-data": alb_token()})
     return c, created
-
-
-def _csrf(page: str) -> str:
-    return re.search(r'name="csrf" value="([0-9a-f]+)"', page).group(1)
 
 
 def test_a_clone_of_a_cluster_job_carries_everything_and_resubmitted_builds_the_same_objects(alb, monkeypatch, tmp_path):

@@ -158,7 +158,8 @@ def clone_form(found: dict[str, Any]) -> dict[str, Any]:
         notes.append("The command is not carried: the job's is not one trainctl or the portal writes; enter it.")
     boxes = {}
     for rel in (TRAIN_PY, REQUIREMENTS_FILE):
-        if isinstance(files.get(rel), str) and "\r" not in files[rel]:  # a file with CRs of its own stays carried byte for byte
+        content = files.get(rel)
+        if isinstance(content, str) and "\r" not in content:  # a file with CRs of its own stays carried byte for byte
             boxes[rel] = files.pop(rel)
     env, secret_env = _user_env(trainer.get("env") or [], notes)
     runtime = str(((tj.get("spec") or {}).get("runtimeRef") or {}).get("name", ""))

@@ -80,9 +80,9 @@ async def cancel(request: Request, name: str):
     return RedirectResponse(f"/?cancelled={name}", status_code=303)
 
 
-def _form_page(request: Request, caller: Caller, ns: str, form: dict[str, Any], *, problems: list[dict[str, str]] = (), clone: str | None = None, status: int = 200) -> HTMLResponse:
+def _form_page(request: Request, caller: Caller, ns: str, form: dict[str, Any], *, problems: list[dict[str, str]] | None = None, clone: str | None = None, status: int = 200) -> HTMLResponse:
     return _page(request, "submit.html", caller, ns, status=status, form=form, presets=form_logic.PRESETS, frameworks=form_logic.framework_choices(), clone=clone,
-                 problems=form_logic.problem_view(list(problems)), carried=form_logic.carried_list(form.get("carried", "")),
+                 problems=form_logic.problem_view(list(problems or [])), carried=form_logic.carried_list(form.get("carried", "")),
                  local=bool(request.app.state.portal.local))
 
 
