@@ -1,11 +1,11 @@
 """The API's documentation page (``/api/docs``): swagger-ui from the portal itself, never a CDN (an
-offline or locked-down network loads it too). Its dist files come from the pinned swagger-ui-bundle
+offline or locked-down network loads it too). Its dist files come from the pinned fastapi-swagger
 package (requirements.txt; the swagger-ui release it ships: versions.py PORTAL_SWAGGER_UI_VERSION),
-served under ``/static/swagger-ui/`` (only the files the page loads: the package's own index and
-initializer name a demo API of another origin). The page starts swagger-ui from an external file
+served under ``/static/swagger-ui/``. The page starts swagger-ui from an external file
 (static/swagger-init.js), so the pages' Content-Security-Policy ``default-src 'self'`` holds: no
 inline script, no evaluated code; ``data:`` images only (swagger-ui's icons in its CSS).
-FastAPI's ``get_swagger_ui_html`` is not used: it starts swagger-ui with an inline script."""
+FastAPI's ``get_swagger_ui_html`` is not used: it starts swagger-ui with an inline script; nor the
+package's ``patch_fastapi``, which serves that page."""
 
 from __future__ import annotations
 
@@ -14,21 +14,17 @@ import pathlib
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse
 
-import versions
 
 router = APIRouter(include_in_schema=False)
-ASSETS = {"swagger-ui.css": "text/css; charset=utf-8", "swagger-ui-bundle.js": "text/javascript; charset=utf-8", "favicon-32x32.png": "image/png", "favicon-16x16.png": "image/png"}
+ASSETS = {"swagger-ui.css": "text/css; charset=utf-8", "swagger-ui-bundle.js": "text/javascript; charset=utf-8", "favicon-32x32.png": "image/png"}
 CSP = "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'"
 
 
 def dist() -> pathlib.Path:
-    """swagger-ui's dist directory of the installed package: the pinned release, or an error naming both."""
-    import swagger_ui_bundle
+    """swagger-ui's dist directory of the installed package."""
+    from importlib import resources
 
-    path = pathlib.Path(str(swagger_ui_bundle.swagger_ui_path))
-    if path.name != f"swagger-ui-{versions.PORTAL_SWAGGER_UI_VERSION}":
-        raise RuntimeError(f"swagger-ui-bundle ships {path.name}, versions.py pins swagger-ui {versions.PORTAL_SWAGGER_UI_VERSION}: pin the package that ships it")
-    return path
+    return pathlib.Path(str(resources.files("fastapi_swagger") / "resources"))
 
 
 @router.get("/api/docs", response_class=HTMLResponse)

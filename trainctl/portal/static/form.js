@@ -5,7 +5,20 @@
   var form = document.getElementById("submit-form");
   if (!form) return;
   var summary = document.getElementById("problems-summary");
-  if (summary) summary.focus();
+  if (summary) {
+    summary.focus();
+    // a link of the summary puts the focus on its field, not only the view
+    summary.addEventListener("click", function (e) {
+      var a = e.target.closest ? e.target.closest("a[href^='#']") : null;
+      var field = a ? document.getElementById(a.getAttribute("href").slice(1)) : null;
+      if (field) {
+        e.preventDefault();
+        if (field.disabled) { var box = field.closest("fieldset:disabled"); if (box) box.disabled = false; }
+        field.focus();
+        field.scrollIntoView({ block: "center" });
+      }
+    });
+  }
   function checked(name) {
     var c = form.querySelector("input[name=" + name + "]:checked");
     return c ? c.value : "";
