@@ -166,6 +166,12 @@ HELM_VERSION = "v3.20.2"
 # (portal/requirements.txt, pinned), built from portal/Dockerfile into the stack's ECR.
 PORTAL_BASE_IMAGE = "public.ecr.aws/docker/library/python:3.13.7-slim-bookworm"
 PORTAL_UID = "10001"
+# The API documentation page (/api/docs, trainctl/portal/apidocs.py): swagger-ui's dist files, served by the portal
+# itself (no CDN: an offline or locked-down network loads it too) from the pinned fastapi-swagger 0.4.64
+# (requirements.txt, portal/requirements.txt, pyproject.toml's ui extra), which ships swagger-ui 5.34.0 (its
+# resources/swagger-ui-bundle.js says so; tests/test_portal_form.py checks it). swagger-ui 5 reads OpenAPI 3.1, what
+# FastAPI writes; swagger-ui-bundle 1.1.0 (swagger-ui 4.15.5) cannot render it.
+PORTAL_SWAGGER_UI_VERSION = "5.34.0"
 # The AWS Load Balancer Controller, installed with the portal where the GPU pool is self-managed
 # (Auto Mode brings its own load balancing): chart and app v3.5.0 (kubernetes-sigs/aws-load-balancer-controller
 # tag v3.5.0, helm/aws-load-balancer-controller/Chart.yaml), published in the eks-charts repository.

@@ -204,15 +204,16 @@ def shown_name(name: str) -> str:
     return "(a name shaped like a secret, not shown)" if secret_shape(name) is not None else name
 
 
-def parse_assignments(flag: str, items: Iterable[str]) -> tuple[dict[str, str], list[str]]:
+def parse_assignments(flag: str, items: Iterable[str], *, what: str = "argument") -> tuple[dict[str, str], list[str]]:
     """``NAME=VALUE`` arguments of ``flag`` (repeatable) as a dict, and a line per problem (a
-    missing ``=``, a name given twice); values never appear in a line."""
+    missing ``=``, a name given twice); values never appear in a line. ``what``: how a problem
+    line names an item without a name (trainctl's arguments, the portal form's entries)."""
     out: dict[str, str] = {}
     lines: list[str] = []
     for i, item in enumerate(items):
         name, sep, value = item.partition("=")
         if not sep or not name:
-            shown = name if sep and name else f"argument {i + 1}"  # an argument without '=' may be a value: not shown
+            shown = name if sep and name else f"{what} {i + 1}"  # an argument without '=' may be a value: not shown
             lines.append(f"{flag} {shown}: allowed: NAME={'SECRET/KEY' if 'secret' in flag else 'VALUE'}")
             continue
         if name in out:

@@ -376,3 +376,45 @@ def code_configmap_of(trainjob: dict) -> str | None:
         if volume.get("name") == tj.CODE_VOLUME and "configMap" in volume:
             return volume["configMap"].get("name")
     return None
+
+
+def command_of(trainjob: dict, paths: set[str] | dict[str, str] | None) -> list[str] | None:
+    """The user's command of a TrainJob :func:`entry` built, its inverse (Clone & edit): the
+    launcher's prefix taken off, a shipped file's path under the code mount (``paths``: the code's
+    relative paths; None when the code is unknown: any path there) given back as written relative;
+    None for a TrainJob of another shape. ``python`` and ``python3`` build the same job on the torch
+    runtime: ``python`` is given back."""
+    trainer = (trainjob.get("spec") or {}).get("trainer") or {}
+    launcher = f"{tj.CODE_MOUNT}/{LAUNCHER}"
+    torch = ["python3", launcher, "torchrun", "--no-python", "python3", launcher, "--worker", "python3", "-u"]
+    plain = ["python3", launcher, "python3", launcher, "--worker"]
+    given = [str(a) for a in (trainer.get("command") or trainer.get("args") or [])]
+    if given[:len(torch)] == torch and len(given) > len(torch):
+        command = ["python", *given[len(torch):]]
+    elif given[:len(plain)] == plain and len(given) > len(plain):
+        command = given[len(plain):]
+    else:
+        return None
+    mount = tj.CODE_MOUNT + "/"
+    return [a[len(mount):] if a.startswith(mount) and (paths is None or a[len(mount):] in paths) else a for a in command]
+
+
+def code_files(configmap: dict, trainjob: dict) -> dict[str, str | bytes]:
+    """The user's files of a code ConfigMap as :func:`build` made it (Clone & edit): relative path
+    -> content (str: UTF-8 text, bytes: ``binaryData``), each key mounted back at its path (the
+    volume's ``items``), the platform's own files beside them (:data:`SHIPPED`) left out."""
+    import base64
+
+    contents: dict[str, str | bytes] = dict((configmap.get("data") or {}).items())
+    for key, value in (configmap.get("binaryData") or {}).items():
+        contents[key] = value if isinstance(value, bytes) else base64.b64decode(value)
+    pod = trainer_api.read_pod_customization(trainjob.get("spec", {}))
+    items = next((v["configMap"].get("items") for v in pod.get("volumes", []) if v.get("name") == tj.CODE_VOLUME and "configMap" in v), None)
+    where = {i["key"]: i["path"] for i in items or []}
+    return {where.get(key, key): content for key, content in sorted(contents.items()) if where.get(key, key) not in SHIPPED}
+
+
+def instance_type_of(trainjob: dict) -> str | None:
+    """The instance type a TrainJob's nodes run on (its pods' node selector, as :func:`build` writes it)."""
+    pod = trainer_api.read_pod_customization(trainjob.get("spec", {}))
+    return (pod.get("nodeSelector") or {}).get("node.kubernetes.io/instance-type")

@@ -95,12 +95,12 @@ def create_app(base: client.Configuration | None, settings: Settings, *, alb_key
     fetches the Region's ALB keys). ``backend``: another
     answer to the routes' calls than the cluster's (trainctl/portal/backend.py; ``trainctl ui
     --local``: the jobs of this machine, and no ``base``)."""
-    from trainctl.portal import api, pages
+    from trainctl.portal import api, apidocs, pages
     from trainctl.portal.local_service import LocalNotFound
 
     if backend is None and base is None:
         raise ValueError("create_app: the cluster's portal needs the API server's configuration (base)")
-    app = FastAPI(title="training-platform portal", docs_url="/api/docs", openapi_url="/api/openapi.json", redoc_url=None)
+    app = FastAPI(title="training-platform portal", docs_url=None, openapi_url="/api/openapi.json", redoc_url=None)  # /api/docs: apidocs.py, no CDN
     app.state.portal = backend if backend is not None else Portal(base, base_headers=(settings.local_caller.headers if settings.local_caller else None))  # type: ignore[arg-type]
     app.state.auth = Auth(settings, alb_keys)
     app.state.settings = settings
@@ -148,6 +148,7 @@ def create_app(base: client.Configuration | None, settings: Settings, *, alb_key
 
     app.include_router(api.router)
     app.include_router(pages.router)
+    app.include_router(apidocs.router)  # before the /static mount: its swagger-ui files are under /static/swagger-ui/
     app.mount("/static", StaticFiles(directory=pages.HERE / "static"), name="static")
     app.add_middleware(Guard, auth=app.state.auth)  # identity and size before any body is read
     return app

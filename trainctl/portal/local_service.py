@@ -168,15 +168,16 @@ class LocalPortal:
         }
 
     def submitted_form(self, caller: Caller, namespace: str, name: str) -> dict[str, Any]:  # noqa: ARG002
-        """What the job was submitted with (the form's Clone & edit): its objects.yaml."""
+        """What the job was submitted with (the form's Clone & edit): its objects.yaml's TrainJob and
+        code ConfigMap (as the cluster's portal answers: trainctl/portal/service.py)."""
         d = self._dir(namespace, name)
         try:
             docs = [o for o in yaml.safe_load_all((d / "objects.yaml").read_text()) if isinstance(o, dict)]
         except (OSError, yaml.YAMLError):
             docs = []
         tj = next((o for o in docs if o.get("kind") == "TrainJob"), {"metadata": {"name": name}, "spec": {}})
-        cm = next((o for o in docs if o.get("kind") == "ConfigMap"), {})
-        return {"trainjob": tj, "train_py": (cm.get("data") or {}).get("train.py", "")}
+        cm = next((o for o in docs if o.get("kind") == "ConfigMap"), None)
+        return {"trainjob": tj, "configmap": cm, "code_problem": None if cm is not None else "its objects.yaml holds no code ConfigMap"}
 
     def state_stream(self, caller: Caller, namespace: str, name: str, *, heartbeat_s: float, poll_s: float) -> AsyncIterator[str]:
         """The job's state as server-sent events (trainctl/portal/live.py), every read a :meth:`status`."""

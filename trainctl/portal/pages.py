@@ -16,21 +16,14 @@ from starlette.datastructures import UploadFile
 from trainctl import progress
 from trainctl.kube import ClusterError
 from trainctl.portal import chart
+from trainctl.portal import form as form_logic
 from trainctl.portal.identity import Caller, Unauthorized
-from trainctl.portal.service import JobSpec, Problems
+from trainctl.portal.service import Problems
 from trainctl.portal.upload import MAX_UPLOAD_BYTES, Part
 
 HERE = pathlib.Path(__file__).parent
 router = APIRouter(include_in_schema=False)
 templates = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(["html"], default=True))
-# the mockup's size presets: GPUs, CPUs and GB of memory per worker
-PRESETS: dict[str, dict[str, Any]] = {
-    "small": {"title": "Small", "gpus": 1, "cpus": 4, "memory": 16},
-    "medium": {"title": "Medium", "gpus": 2, "cpus": 8, "memory": 32},
-    "large": {"title": "Large", "gpus": 4, "cpus": 16, "memory": 64},
-    "custom": {"title": "Custom"},
-}
-EXAMPLE = "import os\nprint('hello from worker', os.environ.get('PET_NODE_RANK', os.environ.get('TF_CONFIG', '?')))\n"
 
 
 def _age(seconds: int | None) -> str:
@@ -100,61 +93,46 @@ async def cancel(request: Request, name: str):
     return RedirectResponse(f"/?cancelled={name}", status_code=303)
 
 
-def _clone(request: Request, caller: Caller, ns: str, name: str) -> dict[str, Any]:
-    """The form as the job was submitted: framework, nodes, GPUs, image, command, its train.py."""
-    from trainctl.portal.service import gpus_of
-
-    found = request.app.state.portal.submitted_form(caller, ns, name)
-    tj = found["trainjob"]
-    trainer = tj["spec"].get("trainer") or {}
-    nodes = int(trainer.get("numNodes") or 1)
-    per = (gpus_of(tj) or nodes) // nodes
-    form = {"framework": "tensorflow" if "tensorflow" in tj["spec"]["runtimeRef"]["name"] else "pytorch", "num_nodes": nodes, "preset": "custom", "gpu_per_node": per,
-            "cpu_per_node": "", "memory_per_node": "", "image": trainer.get("image") or "", "name": "", "command": "python train.py", "training_code": found["train_py"]}
-    return form
+def _form_page(request: Request, caller: Caller, ns: str, form: dict[str, Any], *, problems: list[dict[str, str]] | None = None, clone: str | None = None, status: int = 200) -> HTMLResponse:
+    return _page(request, "submit.html", caller, ns, status=status, form=form, presets=form_logic.PRESETS, frameworks=form_logic.framework_choices(), clone=clone,
+                 problems=form_logic.problem_view(list(problems or [])), carried=form_logic.carried_list(form.get("carried", "")),
+                 local=bool(request.app.state.portal.local))
 
 
 @router.get("/submit", response_class=HTMLResponse)
 def submit_page(request: Request):
     caller, ns = _who(request)
     clone = request.query_params.get("clone")
-    form = _clone(request, caller, ns, clone) if clone else {
-        "framework": "pytorch", "num_nodes": 1, "preset": "small", "gpu_per_node": "", "cpu_per_node": "", "memory_per_node": "", "image": "", "name": "", "command": "python train.py", "training_code": EXAMPLE,
-    }
-    return _page(request, "submit.html", caller, ns, form=form, presets=PRESETS, problems=[], clone=clone)
+    form = form_logic.clone_form(request.app.state.portal.submitted_form(caller, ns, clone)) if clone else form_logic.blank()
+    return _form_page(request, caller, ns, form, clone=clone)
 
 
 @router.post("/submit", response_class=HTMLResponse)
 async def submit(request: Request):
     caller, ns = _who(request)
-    data = await request.form(max_files=1000, max_fields=100)
+    data = await request.form(max_files=1000, max_fields=100, max_part_size=MAX_UPLOAD_BYTES)  # the carried files' field holds up to a ConfigMap's code, as JSON
     if not request.app.state.auth.csrf_ok(caller, data.get("csrf")):
         raise Unauthorized("the form's CSRF token is missing or wrong: reload the page")
-    form = {k: (v if isinstance(v, str) else "") for k, v in data.items() if k != "files"}
-    preset = PRESETS.get(form.get("preset", ""), PRESETS["custom"])
-    gpus, cpus, memory = (preset["gpus"], preset["cpus"], preset["memory"]) if "gpus" in preset else (form.get("gpu_per_node"), form.get("cpu_per_node") or None, form.get("memory_per_node") or None)
-    parts, total = [], 0
+    form: dict[str, Any] = {k: (v if isinstance(v, str) else "") for k, v in data.items() if k != "files"}
+    form["notes"] = [n for n in data.getlist("note") if isinstance(n, str)]  # a clone's notes, kept through a refused post
+    uploads, total = [], 0
     for f in data.getlist("files"):
         if isinstance(f, UploadFile) and f.filename:
             content = await f.read(MAX_UPLOAD_BYTES + 1 - total)
             total += len(content)
-            parts.append(Part(f.filename, content))
-    problems: list[dict[str, str]] = []
+            uploads.append(Part(f.filename, content))
+    spec, parts, problems = form_logic.submission(form, uploads, ns, local=bool(request.app.state.portal.local))
     if total > MAX_UPLOAD_BYTES:
         problems.append({"field": "files", "problem": f"the upload is larger than {MAX_UPLOAD_BYTES} bytes"})
-    if not parts:
-        parts = [Part("train.py", form.get("training_code", "").encode())]
-    image = form.get("image") if form.get("image_choice") == "custom" else None
-    spec = JobSpec(namespace=ns, framework=form.get("framework", ""), num_nodes=form.get("num_nodes"), gpu_per_node=gpus, cpu_per_node=cpus, memory_per_node=memory,
-                   command=form.get("command") or "python train.py", name=form.get("name") or None, image=image or None)
+    clone = form.get("clone_of") or None
     try:
         if problems:
             raise Problems(problems)
         done = await run_in_threadpool(request.app.state.portal.create, caller, spec, parts)
     except Problems as err:
-        return _page(request, "submit.html", caller, ns, status=422, form=form, presets=PRESETS, problems=err.problems, clone=None)
+        return _form_page(request, caller, ns, form, problems=err.problems, clone=clone, status=422)
     except ClusterError as err:
-        return _page(request, "submit.html", caller, ns, status=403 if "(HTTP 403)" in str(err) else 502, form=form, presets=PRESETS, problems=[{"field": "cluster", "problem": str(err)}], clone=None)
+        return _form_page(request, caller, ns, form, problems=[{"field": "cluster", "problem": str(err)}], clone=clone, status=403 if "(HTTP 403)" in str(err) else 502)
     return RedirectResponse(f"/jobs/{done['trainjob']}?submitted=1", status_code=303)
 
 

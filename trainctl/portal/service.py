@@ -31,8 +31,10 @@ from trainctl.portal.identity import Caller
 from trainctl.portal.upload import Part, UploadError, unpack
 
 FRAMEWORKS = {"pytorch": "torch", "torch": "torch", "tensorflow": "tensorflow"}
-"""The seed guide's ``framework`` -> trainctl's runtime. MPI is offered by the form but has no
-runtime here (the platform's MPI runtime, DeepSpeed's, is not one trainctl submits to)."""
+"""The seed guide's ``framework`` -> trainctl's runtime. MPI has no runtime here: the platform's
+runtimes (k8s/builders/runtimes.py) start every program with torchrun or TF_CONFIG, DeepSpeed's
+too; the form shows the choice disabled with :data:`MPI_REASON` (trainctl/portal/form.py)."""
+MPI_REASON = "this platform has no MPI runtime (its runtimes start programs with torchrun, for PyTorch and DeepSpeed, or with TF_CONFIG, for TensorFlow; not with an MPI launcher such as mpirun or horovodrun)"
 # trainctl's flags -> the request fields the portal names in its problems
 FIELDS = {"--nodes": "config.num_nodes", "--gpus-per-node": "config.gpu_per_node", "--instance-type": "config.instance_type", "--image": "image", "--name": "name",
           "--namespace": "namespace", "--env": "env", "--secret-env": "secret_env", "--grace-seconds": "config.grace_seconds", "--priority": "priority"}
@@ -126,7 +128,7 @@ def request_of(spec: JobSpec, facts: dict | None, *, local: bool = False) -> obj
     problems: list[dict[str, str]] = []
     runtime = FRAMEWORKS.get(str(spec.framework).lower())
     if runtime is None:
-        extra = " (MPI: this platform has no MPI runtime that trainctl or the portal submits to)" if str(spec.framework).lower() == "mpi" else ""
+        extra = f" (MPI: {MPI_REASON})" if str(spec.framework).lower() == "mpi" else ""
         problems.append(_problem("framework", f"{shown(str(spec.framework)[:40])}: allowed: pytorch, tensorflow{extra}"))
     nodes = _int("config.num_nodes", spec.num_nodes, problems, lo=1, hi=1000)
     gpus = _int("config.gpu_per_node", spec.gpu_per_node, problems, lo=1, hi=max(i.gpus for i in catalog.catalog().values()))
@@ -138,6 +140,12 @@ def request_of(spec: JobSpec, facts: dict | None, *, local: bool = False) -> obj
         problems.append(_problem("command", f"not a command line ({err})"))
         command = []
     itype = spec.instance_type or objects.DEFAULT_INSTANCE_TYPE
+    given = catalog.catalog().get(spec.instance_type or "")
+    if given is not None and gpus is not None and given.gpus >= gpus and (cpus is not None or memory is not None):  # a type named beside the resources it must give
+        cpu, mem = catalog.node_pod_request(given, gpus)
+        if (cpus is not None and cpu < cpus) or (memory is not None and mem < memory):
+            problems.append(_problem("config.instance_type", f"{spec.instance_type}: a worker of {gpus} GPUs gets {cpu} CPUs and {mem} GiB there, less than the {cpus or 'any'} CPUs and "
+                                                             f"{memory or 'any'} GiB asked; allowed: a larger type, or none (the smallest type of the cluster that gives them)"))
     if spec.instance_type is None and gpus is not None:
         types = pool_types(facts)
         found = pick_instance_type(gpus, cpus, memory, types)
@@ -333,18 +341,19 @@ class Portal:
     # --- logs ------------------------------------------------------------------------------------
 
     def submitted_form(self, caller: Caller, namespace: str, name: str) -> dict[str, Any]:
-        """What the job was submitted with (Clone & edit): its TrainJob and its code's train.py."""
+        """What the job was submitted with (Clone & edit): its TrainJob and its code ConfigMap
+        (``data``, ``binaryData`` base64 as the API has it), or None with why it could not be read."""
         kube = self.kube(caller, namespace)
         tj = kube.get_trainjob(name)
-        train_py = ""
         cm = objects.code_configmap_of(tj)
-        if cm:
-            try:
-                found: Any = kube.core.read_namespaced_config_map(cm, namespace)
-                train_py = (found.data or {}).get("train.py", "")
-            except Exception:  # noqa: BLE001  (the code may be gone: the form stays editable)
-                pass
-        return {"trainjob": tj, "train_py": train_py}
+        if not cm:
+            return {"trainjob": tj, "configmap": None, "code_problem": "the job mounts no code ConfigMap"}
+        try:
+            found: Any = kube.core.read_namespaced_config_map(cm, namespace)
+        except Exception as err:  # noqa: BLE001  (the code may be gone: the form stays editable, and says so)
+            why = f"HTTP {err.status}" if isinstance(err, client.ApiException) else type(err).__name__
+            return {"trainjob": tj, "configmap": None, "code_problem": f"its code ConfigMap {cm} could not be read ({why})"}
+        return {"trainjob": tj, "configmap": {"data": dict(found.data or {}), "binaryData": dict(found.binary_data or {})}, "code_problem": None}
 
     def log_tail(self, caller: Caller, namespace: str, name: str, worker: int, tail: int) -> tuple[int, dict[str, Any]]:
         """(HTTP status, body): the last ``tail`` lines of worker N's pod; 410 when a finished job's pods are gone."""
