@@ -80,7 +80,7 @@ def test_create_runs_to_complete_with_logs_and_delete_removes_it(portal):
     r = _create(c, alice)
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["status"] == "created" and body["trainjob_name"] == "portal-e2e" and body["namespace"] == "vision" and body["created_at"]
+    assert body["status"] == "success" and body["trainjob_name"] == "portal-e2e" and body["namespace"] == "vision" and body["created_at"]
     states = set()
 
     def complete():

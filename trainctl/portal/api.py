@@ -5,6 +5,7 @@ nothing created; what the API server refuses keeps its status (403, 404, 409).""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, File, Form, Query, Request, UploadFile
@@ -13,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from config.secrets import shown
 from trainctl.portal.identity import Caller, Unauthorized
-from trainctl.portal.service import JobSpec, Problems, request_of
+from trainctl.portal.service import JobSpec, Problems, guide_name, request_of
 from trainctl.portal.upload import MAX_UPLOAD_BYTES, Part
 
 router = APIRouter(prefix="/api", tags=["trainjobs"])
@@ -26,8 +27,8 @@ class JobConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     num_nodes: int = Field(description="workers (nodes)")
     gpu_per_node: int = Field(description="GPUs per worker")
-    cpu_per_node: int | None = Field(None, description="CPUs per worker, at least (the instance type is chosen to give them)")
-    memory_per_node: int | None = Field(None, description="GiB of memory per worker, at least")
+    cpu_per_node: int | str | None = Field(None, description="CPUs per worker, at least (the instance type is chosen to give them): a number or a Kubernetes quantity (\"4\", \"500m\")")
+    memory_per_node: int | str | None = Field(None, description="memory per worker, at least: a Kubernetes quantity (\"16Gi\", as the seed guide sends it) or a whole number of GiB")
 
 
 class CreateRequest(BaseModel):
@@ -48,7 +49,7 @@ class CreateRequest(BaseModel):
 
 
 class CreateResponse(BaseModel):
-    status: Literal["created"]
+    status: Literal["success"] = Field(description="the seed guide's answer to a created job")
     trainjob_name: str
     namespace: str
     created_at: str | None
@@ -82,8 +83,6 @@ def _mutation_allowed(request: Request, caller: Caller, *, json_body: bool) -> N
 def _namespace_problems(caller: Caller, ns: str) -> list[dict[str, str]]:
     if caller.via == "alb" and ns != caller.namespace:
         return [{"field": "namespace", "problem": f"{shown(ns[:63])} is not your team's namespace ({caller.namespace})"}]
-    if caller.via == "local" and ns != caller.namespace:  # trainctl ui --local: the jobs of this machine
-        return [{"field": "namespace", "problem": f"{shown(ns[:63])}: local jobs are in namespace {caller.namespace}"}]
     return []
 
 
@@ -98,7 +97,7 @@ def input_problems(spec: JobSpec, *, local: bool = False) -> list[dict[str, str]
 
 
 def _created(done: dict[str, Any]) -> dict[str, Any]:
-    return {"status": "created", "trainjob_name": done["trainjob"], "namespace": done["namespace"], "created_at": done.get("created"), "instance_type": done["instanceType"]}
+    return {"status": "success", "trainjob_name": done["trainjob"], "namespace": done["namespace"], "created_at": done.get("created"), "instance_type": done["instanceType"]}
 
 
 @router.post("/trainjob/create", response_model=CreateResponse, summary="create a TrainJob from code (the seed guide's request)")
@@ -111,8 +110,9 @@ def create(request: Request, body: CreateRequest) -> dict[str, Any]:
     if len(body.training_code) > MAX_CODE_CHARS:
         problems.append({"field": "training_code", "problem": f"{len(body.training_code)} characters: allowed: at most {MAX_CODE_CHARS} (a ConfigMap holds 1 MiB)"})
     problems += _namespace_problems(caller, body.namespace)
+    name = body.name or (guide_name(body.user_id, body.config.num_nodes, datetime.now(UTC)) if body.user_id else None)  # the guide's <user_id>-job-<timestamp>
     spec = JobSpec(namespace=body.namespace, framework=body.framework, num_nodes=body.config.num_nodes, gpu_per_node=body.config.gpu_per_node, cpu_per_node=body.config.cpu_per_node,
-                   memory_per_node=body.config.memory_per_node, command=body.command or "python train.py", name=body.name, image=body.image,
+                   memory_per_node=body.config.memory_per_node, command=body.command or "python train.py", name=name, image=body.image,
                    env=tuple((body.env or {}).items()), secret_env=tuple((body.secret_env or {}).items()))
     problems += input_problems(spec, local=bool(getattr(request.app.state.portal, "local", False)))
     if problems:
@@ -150,7 +150,8 @@ async def upload(
 @router.get("/trainjob/{name}/status", summary="state (Running|Complete|Failed|Queued|Suspended|Pending), message, times, workers, progress and ETA")
 def status(request: Request, name: str, namespace: str | None = None) -> dict[str, Any]:
     caller = caller_of(request)
-    return request.app.state.portal.status(caller, _namespace(caller, namespace), name)
+    found = request.app.state.portal.status(caller, _namespace(caller, namespace), name)
+    return {**found, "state": found["status"]}  # the seed guide's clients read state; status is kept for ours
 
 
 @router.get("/trainjob/{name}/logs", summary="the log of worker N (its last lines)")
@@ -169,8 +170,7 @@ def worker_log_stream(request: Request, name: str, namespace: str | None = None,
 
 @router.delete("/trainjob/{name}", summary="delete a TrainJob (and its code ConfigMap unless another job uses it)")
 def delete(request: Request, name: str, namespace: str | None = None) -> dict[str, Any]:
-    caller = caller_of(request)
-    _mutation_allowed(request, caller, json_body=True)  # as create: a browser session sends application/json or the CSRF header
+    caller = caller_of(request)  # no CSRF check: no cross-site form or simple request can send DELETE; a script must pass CORS' preflight, which this API never grants
     result = request.app.state.portal.delete(caller, _namespace(caller, namespace), name)
     return {"status": "deleted", "trainjob_name": name, "namespace": _namespace(caller, namespace), "configmap_deleted": result["configmapDeleted"]}
 

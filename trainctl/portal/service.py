@@ -11,6 +11,7 @@ published facts; the GPU catalog without them) whose training pod, sized by the 
 from __future__ import annotations
 
 import hashlib
+import math
 import pathlib
 import shlex
 import tempfile
@@ -22,7 +23,7 @@ from typing import Any
 
 from kubernetes import client
 
-from config import catalog
+from config import catalog, trainjob_names
 from config.secrets import shown
 from trainctl import jobstate, objects, progress, usage
 from trainctl.code import CodeError, collect
@@ -98,6 +99,39 @@ def _int(field: str, value: Any, problems: list, *, lo: int, hi: int, required: 
     return n
 
 
+def _quantity(field: str, value: Any, problems: list, *, unit: int, lo: int, hi: int) -> int | None:
+    """A whole number of ``unit`` (rounded up) from a number in those units or a Kubernetes quantity
+    string (the seed guide sends ``"memory_per_node": "16Gi"``; ``"4"``, ``"500m"``, ``"16G"`` too):
+    ``unit`` is 1 for CPUs and 2**30 for GiB of memory. A bare number (``16``, ``"16"``) is in units,
+    as the form's fields are."""
+    if isinstance(value, str) and value.strip() and not value.strip().isdigit():
+        from kubernetes.utils import parse_quantity
+
+        try:
+            amount = parse_quantity(value.strip())
+        except ValueError:
+            problems.append(_problem(field, f"{shown(value[:40])}: allowed: a whole number{' of GiB' if unit > 1 else ''} or a Kubernetes quantity ({'16Gi, 64G' if unit > 1 else '4, 500m'})"))
+            return None
+        n = int(math.ceil(amount / unit))
+        if not lo <= n <= hi:
+            problems.append(_problem(field, f"{shown(value[:40])} ({n}{' GiB' if unit > 1 else ''}): allowed: {lo} to {hi}{' GiB' if unit > 1 else ''}"))
+            return None
+        return n
+    return _int(field, value, problems, lo=lo, hi=hi, required=False)
+
+
+def guide_name(user_id: str, num_nodes: Any, when: datetime) -> str:
+    """The seed guide's TrainJob name, ``<user_id>-job-<YYYYMMDDHHMMSS>`` (UTC), for a request that
+    gives ``user_id`` and no name. A user id that is not a label is made one as a code directory's
+    name is (config/trainjob_names.py ``label_from``: ``alice@example.com`` ->
+    ``alice-example-com-<hash8>``, apart from ``alice-example-com``), cut so that the name and its
+    pods' names fit."""
+    stamp = when.astimezone(UTC).strftime("%Y%m%d%H%M%S")
+    nodes = num_nodes if isinstance(num_nodes, int) and not isinstance(num_nodes, bool) and 1 <= num_nodes <= 1000 else 1
+    suffix = f"-job-{stamp}"
+    return trainjob_names.label_from(user_id, trainjob_names.name_max(nodes) - len(suffix), default="user") + suffix
+
+
 def pick_instance_type(gpus: int, cpus: int | None, memory_gib: int | None, types: list[str]) -> str | None:
     """The smallest of ``types`` whose training pod of ``gpus`` GPUs gets at least ``cpus`` and
     ``memory_gib`` (the catalog's sizing), or None."""
@@ -129,8 +163,8 @@ def request_of(spec: JobSpec, facts: dict | None, *, local: bool = False) -> obj
         problems.append(_problem("framework", f"{shown(str(spec.framework)[:40])}: allowed: pytorch, tensorflow{extra}"))
     nodes = _int("config.num_nodes", spec.num_nodes, problems, lo=1, hi=1000)
     gpus = _int("config.gpu_per_node", spec.gpu_per_node, problems, lo=1, hi=max(i.gpus for i in catalog.catalog().values()))
-    cpus = _int("config.cpu_per_node", spec.cpu_per_node, problems, lo=1, hi=max(i.vcpu for i in catalog.catalog().values()), required=False)
-    memory = _int("config.memory_per_node", spec.memory_per_node, problems, lo=1, hi=max(i.memory_gib for i in catalog.catalog().values()), required=False)
+    cpus = _quantity("config.cpu_per_node", spec.cpu_per_node, problems, unit=1, lo=1, hi=max(i.vcpu for i in catalog.catalog().values()))
+    memory = _quantity("config.memory_per_node", spec.memory_per_node, problems, unit=2**30, lo=1, hi=max(i.memory_gib for i in catalog.catalog().values()))
     try:
         command = shlex.split(spec.command or "")
     except ValueError as err:
