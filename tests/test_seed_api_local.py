@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -21,23 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.seed_guide import GUIDE_CREATE, TIMESTAMP_NAME
 from trainctl import local
-
-# The guide's create request, as written (seed-api.md "Create").
-GUIDE_CREATE = b"""{
-  "user_id": "user123",
-  "namespace": "user-123",
-  "framework": "pytorch",
-  "training_code": "import torch\\nimport torch.nn as nn\\n...",
-  "config": {
-    "num_nodes": 2,
-    "gpu_per_node": 1,
-    "cpu_per_node": 4,
-    "memory_per_node": "16Gi"
-  }
-}"""
-GUIDE_STATES = {"Running", "Complete", "Failed"}
-TIMESTAMP_NAME = re.compile(r"^user123-job-(\d{14})$")
 
 
 def _port() -> int:
