@@ -46,6 +46,7 @@ class CreateRequest(BaseModel):
     command: str | None = Field(None, description="default: python train.py")
     env: dict[str, str] | None = Field(None, description="variables of the training container, NAME: value (not the platform's own, no credentials: docs/env-and-secrets.md)")
     secret_env: dict[str, str] | None = Field(None, description="variables from a Secret of the namespace, NAME: SECRET/KEY (a secretKeyRef)")
+    ttl_seconds_after_finished: int | None = Field(None, description="delete the job this many seconds after it finishes (default: the platform's trainjobs.finishedJobRetention; at most its finishedJobRetentionMax); checkpoints stay")
 
 
 class CreateResponse(BaseModel):
@@ -113,7 +114,7 @@ def create(request: Request, body: CreateRequest) -> dict[str, Any]:
     name = body.name or (guide_name(body.user_id, body.config.num_nodes, datetime.now(UTC)) if body.user_id else None)  # the guide's <user_id>-job-<timestamp>
     spec = JobSpec(namespace=body.namespace, framework=body.framework, num_nodes=body.config.num_nodes, gpu_per_node=body.config.gpu_per_node, cpu_per_node=body.config.cpu_per_node,
                    memory_per_node=body.config.memory_per_node, command=body.command or "python train.py", name=name, image=body.image,
-                   env=tuple((body.env or {}).items()), secret_env=tuple((body.secret_env or {}).items()))
+                   env=tuple((body.env or {}).items()), secret_env=tuple((body.secret_env or {}).items()), ttl_seconds=body.ttl_seconds_after_finished)
     problems += input_problems(spec, local=bool(getattr(request.app.state.portal, "local", False)))
     if problems:
         raise Problems(problems)

@@ -36,7 +36,8 @@ FRAMEWORKS = {"pytorch": "torch", "torch": "torch", "tensorflow": "tensorflow"}
 runtime here (the platform's MPI runtime, DeepSpeed's, is not one trainctl submits to)."""
 # trainctl's flags -> the request fields the portal names in its problems
 FIELDS = {"--nodes": "config.num_nodes", "--gpus-per-node": "config.gpu_per_node", "--instance-type": "config.instance_type", "--image": "image", "--name": "name",
-          "--namespace": "namespace", "--env": "env", "--secret-env": "secret_env", "--grace-seconds": "config.grace_seconds", "--priority": "priority"}
+          "--namespace": "namespace", "--env": "env", "--secret-env": "secret_env", "--grace-seconds": "config.grace_seconds", "--priority": "priority",
+          "--ttl": "ttl_seconds_after_finished"}
 WEEK = timedelta(days=7)
 
 
@@ -78,6 +79,7 @@ class JobSpec:
     instance_type: str | None = None
     env: tuple[tuple[str, str], ...] = ()  # the job's variables (config/job_env.py rules, as trainctl's --env)
     secret_env: tuple[tuple[str, str], ...] = ()  # NAME, SECRET/KEY (--secret-env)
+    ttl_seconds: Any = None  # delete the job this long after it finishes (--ttl); None: the platform's retention
 
 
 def _int(field: str, value: Any, problems: list, *, lo: int, hi: int, required: bool = True) -> int | None:
@@ -165,6 +167,9 @@ def request_of(spec: JobSpec, facts: dict | None, *, local: bool = False) -> obj
     gpus = _int("config.gpu_per_node", spec.gpu_per_node, problems, lo=1, hi=max(i.gpus for i in catalog.catalog().values()))
     cpus = _quantity("config.cpu_per_node", spec.cpu_per_node, problems, unit=1, lo=1, hi=max(i.vcpu for i in catalog.catalog().values()))
     memory = _quantity("config.memory_per_node", spec.memory_per_node, problems, unit=2**30, lo=1, hi=max(i.memory_gib for i in catalog.catalog().values()))
+    ttl = _int("ttl_seconds_after_finished", spec.ttl_seconds, problems, lo=0, hi=10**9, required=False)
+    if ttl is not None and local:
+        problems.append(_problem("ttl_seconds_after_finished", "not in local mode (a local job stays until it is deleted)"))
     try:
         command = shlex.split(spec.command or "")
     except ValueError as err:
@@ -179,7 +184,7 @@ def request_of(spec: JobSpec, facts: dict | None, *, local: bool = False) -> obj
         else:
             itype = found
     req = objects.Request(namespace=str(spec.namespace), nodes=nodes or 1, command=command, runtime=runtime or "torch", gpus_per_node=gpus, instance_type=itype, image=spec.image or None, name=spec.name or None,
-                              env=tuple(spec.env), secret_env=tuple(spec.secret_env), local=local)
+                              env=tuple(spec.env), secret_env=tuple(spec.secret_env), local=local, ttl_seconds=ttl)
     problems += [p for p in _from_trainctl(objects.problems(req)) if not any(q["field"] == p["field"] for q in problems)]
     if problems:
         raise Problems(problems)
