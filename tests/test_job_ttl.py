@@ -52,6 +52,11 @@ def test_the_platforms_maximum_is_applied_at_submit():
     assert str(err.value) == "--ttl 86401s: allowed: at most 24h (86400s, the platform's trainjobs.finishedJobRetentionMax)"
     unlimited = {**facts, "finishedJobRetentionMax": "Never"}
     assert objects.with_facts(objects.Request(**{**req.__dict__, "ttl_seconds": 10**8}), unlimited, instance_type_given=True).ttl_seconds == 10**8
+    # a platform from before job TTLs publishes no maximum: its cleanup would ignore the annotation, so --ttl is refused
+    older = {k: v for k, v in facts.items() if not k.startswith("finishedJobRetention")}
+    with pytest.raises(objects.SubmitError, match="this platform does not delete jobs by their own TTL"):
+        objects.with_facts(objects.Request(**{**req.__dict__, "ttl_seconds": 60}), older, instance_type_given=True)
+    assert objects.with_facts(req, older, instance_type_given=True).ttl_seconds is None
 
 
 def test_trainctl_submit_ttl_in_a_dry_run_and_refused_with_local(proj, capsys):
@@ -83,8 +88,23 @@ def test_the_portals_field_is_judged_with_the_others():
 
 def test_a_default_longer_than_the_maximum_is_a_config_error():
     with pytest.raises(ConfigError) as err:
-        load_settings({"trainjobs": {"finishedJobRetention": "800h"}}, stack="dev", region="us-west-2")
+        load_settings({"trainjobs": {"finishedJobRetention": "800h", "finishedJobRetentionMax": "720h"}}, stack="dev", region="us-west-2")
     assert str(err.value) == "invalid config training-platform:trainjobs.finishedJobRetention = '800h': longer than finishedJobRetentionMax (720h); allowed: at most that"
     assert load_settings({"trainjobs": {"finishedJobRetention": "800h", "finishedJobRetentionMax": "Never"}}, stack="dev", region="us-west-2").trainjobs.finished_job_retention == "800h"
-    # Never keeps jobs that ask for nothing (its meaning before the maximum existed); those that ask are held to it
-    assert load_settings({"trainjobs": {"finishedJobRetention": "Never"}}, stack="dev", region="us-west-2").trainjobs.finished_job_retention_max == "720h"
+    # unset, the maximum is 720h or a longer default: a stack that kept jobs longer keeps its meaning
+    def applied(**trainjobs) -> str:
+        return load_settings({"trainjobs": trainjobs}, stack="dev", region="us-west-2").trainjobs.retention_max()
+
+    assert applied() == "720h" and applied(finishedJobRetention="24h") == "720h"
+    assert applied(finishedJobRetention="1000h") == "1000h" and applied(finishedJobRetention="Never") == "Never"
+    assert applied(finishedJobRetention="Never", finishedJobRetentionMax="48h") == "48h"
+
+
+def test_an_annotation_that_is_no_number_of_seconds_is_said_and_the_stacks_retention_applies(capsys):
+    from k8s.pods import trainjob_cleanup as tc
+
+    job = {"metadata": {"name": "j", "namespace": "vision", "annotations": {tj.TTL_ANNOTATION: "2h"}}}
+    assert tc.retention_of(job, retention_s=3600.0, max_s=None, ttl_annotation=tj.TTL_ANNOTATION) == 3600.0
+    assert '"ignored": "vision/j"' in capsys.readouterr().out
+    job["metadata"]["annotations"][tj.TTL_ANNOTATION] = "9" * 400  # clamped, never an error
+    assert tc.retention_of(job, retention_s=None, max_s=60.0, ttl_annotation=tj.TTL_ANNOTATION) == 60.0

@@ -230,6 +230,8 @@ def with_facts(req: Request, facts: dict[str, Any] | None, *, instance_type_give
         changes["service_account"] = facts["serviceAccount"]
     if req.priority is None and facts.get("defaultPriority"):
         changes["priority"] = facts["defaultPriority"]
+    if req.ttl_seconds is not None and "finishedJobRetentionMax" not in facts:  # a platform from before job TTLs: its cleanup would not read it
+        raise SubmitError("--ttl: this platform does not delete jobs by their own TTL (its facts publish no finishedJobRetentionMax); leave --ttl out, its trainjobs.finishedJobRetention applies")
     if isinstance(facts.get("finishedJobRetentionMax"), str) and _DURATION_RE.fullmatch(facts["finishedJobRetentionMax"]):
         most = retention_seconds(facts["finishedJobRetentionMax"])
         if req.ttl_seconds is not None and most is not None and req.ttl_seconds > most:

@@ -290,7 +290,7 @@ def cleanup_cronjob(settings: Settings, *, configmap: str, keep_kinds: list[str]
     """Every 10 minutes: delete finished TrainJobs older than their retention: the seconds a job's
     ``TTL_ANNOTATION`` asks for, at most ``trainjobs.finishedJobRetentionMax``, else
     ``trainjobs.finishedJobRetention`` (k8s/pods/trainjob_cleanup.py)."""
-    env = {"RETENTION": settings.trainjobs.finished_job_retention, "RETENTION_MAX": settings.trainjobs.finished_job_retention_max, "TTL_ANNOTATION": TTL_ANNOTATION,
+    env = {"RETENTION": settings.trainjobs.finished_job_retention, "RETENTION_MAX": settings.trainjobs.retention_max(), "TTL_ANNOTATION": TTL_ANNOTATION,
            "KEEP_JOB_KINDS": ",".join(sorted(keep_kinds)), "JOB_LABEL": job_label, "KEEP_NAMESPACE": settings.trainjobs.namespace}
     return _ops_cronjob(CLEANUP, "*/10 * * * *", CLEANUP_SCRIPT, env, configmap=configmap, container="cleanup", why="the cleanup calls the Kubernetes API with its ServiceAccount (list/delete TrainJobs only)", deadline_s=540)
 

@@ -46,7 +46,7 @@ def facts(settings: Settings, image: str | None, team: str | None = None) -> dic
         "serviceAccount": TEAM_SERVICE_ACCOUNT if team in settings.tenants.teams() else None,
         # how long finished jobs are kept, and the most a job may ask for (trainctl submit --ttl; k8s/pods/trainjob_cleanup.py)
         "finishedJobRetention": settings.trainjobs.finished_job_retention,
-        "finishedJobRetentionMax": settings.trainjobs.finished_job_retention_max,
+        "finishedJobRetentionMax": settings.trainjobs.retention_max(),
     }
 
 

@@ -65,6 +65,9 @@ def retention_of(trainjob: dict, *, retention_s: float | None, max_s: float | No
     asked = (trainjob.get("metadata", {}).get("annotations") or {}).get(ttl_annotation)
     if isinstance(asked, str) and asked.isascii() and asked.isdigit():
         return float(asked) if max_s is None else min(float(asked), max_s)
+    if asked is not None:  # said, so whoever wrote it by hand learns why the job stays
+        meta = trainjob.get("metadata", {})
+        print(json.dumps({"ignored": f"{meta.get('namespace')}/{meta.get('name')}", "annotation": ttl_annotation, "why": "not a whole number of seconds"}), flush=True)
     return retention_s
 
 

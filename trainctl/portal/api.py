@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from config.secrets import shown
 from trainctl.portal.identity import Caller, Unauthorized
@@ -25,10 +25,10 @@ CSRF_HEADER = "x-csrf-token"
 
 class JobConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    num_nodes: int = Field(description="workers (nodes)")
-    gpu_per_node: int = Field(description="GPUs per worker")
-    cpu_per_node: int | str | None = Field(None, description="CPUs per worker, at least (the instance type is chosen to give them): a number or a Kubernetes quantity (\"4\", \"500m\")")
-    memory_per_node: int | str | None = Field(None, description="memory per worker, at least: a Kubernetes quantity (\"16Gi\", as the seed guide sends it) or a whole number of GiB")
+    num_nodes: StrictInt = Field(description="workers (nodes)")
+    gpu_per_node: StrictInt = Field(description="GPUs per worker")
+    cpu_per_node: StrictInt | StrictStr | None = Field(None, description="CPUs per worker, at least (the instance type is chosen to give them): a number or a Kubernetes quantity (\"4\", \"500m\")")
+    memory_per_node: StrictInt | StrictStr | None = Field(None, description="memory per worker, at least: a Kubernetes quantity (\"16Gi\", as the seed guide sends it) or a whole number of GiB")
 
 
 class CreateRequest(BaseModel):
@@ -46,7 +46,7 @@ class CreateRequest(BaseModel):
     command: str | None = Field(None, description="default: python train.py")
     env: dict[str, str] | None = Field(None, description="variables of the training container, NAME: value (not the platform's own, no credentials: docs/env-and-secrets.md)")
     secret_env: dict[str, str] | None = Field(None, description="variables from a Secret of the namespace, NAME: SECRET/KEY (a secretKeyRef)")
-    ttl_seconds_after_finished: int | None = Field(None, description="delete the job this many seconds after it finishes (default: the platform's trainjobs.finishedJobRetention; at most its finishedJobRetentionMax); checkpoints stay")
+    ttl_seconds_after_finished: StrictInt | None = Field(None, description="delete the job this many seconds after it finishes (default: the platform's trainjobs.finishedJobRetention; at most its finishedJobRetentionMax); checkpoints stay")
 
 
 class CreateResponse(BaseModel):
@@ -114,7 +114,8 @@ def create(request: Request, body: CreateRequest) -> dict[str, Any]:
     name = body.name or (guide_name(body.user_id, body.config.num_nodes, datetime.now(UTC)) if body.user_id else None)  # the guide's <user_id>-job-<timestamp>
     spec = JobSpec(namespace=body.namespace, framework=body.framework, num_nodes=body.config.num_nodes, gpu_per_node=body.config.gpu_per_node, cpu_per_node=body.config.cpu_per_node,
                    memory_per_node=body.config.memory_per_node, command=body.command or "python train.py", name=name, image=body.image,
-                   env=tuple((body.env or {}).items()), secret_env=tuple((body.secret_env or {}).items()), ttl_seconds=body.ttl_seconds_after_finished)
+                   env=tuple((body.env or {}).items()), secret_env=tuple((body.secret_env or {}).items()), ttl_seconds=body.ttl_seconds_after_finished,
+                   replace_finished=body.name is not None or body.user_id is None)
     problems += input_problems(spec, local=bool(getattr(request.app.state.portal, "local", False)))
     if problems:
         raise Problems(problems)

@@ -93,6 +93,8 @@ class LocalPortal:
         problems += [{"field": "config.num_nodes", "problem": line.removeprefix(f"--nodes {req.nodes}: ")} for line in local.node_problems(req.nodes, req.gpus_per_node or 1)]
         if problems:  # every problem at once, nothing started
             raise Problems(problems)
+        if not spec.replace_finished and req.name and local.job_dir(req.name).exists():  # a name made for this request (the guide's, by the second): never another job's
+            raise Problems([{"field": "name", "problem": f"{req.name} exists already (a job made this second): send the request again"}], status=409)
         bundle = code_bundle(files, req.name)
         try:
             cm, tj = objects.build(req, bundle)

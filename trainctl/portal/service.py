@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import math
 import pathlib
+import re
 import shlex
 import tempfile
 import threading
@@ -42,11 +43,13 @@ WEEK = timedelta(days=7)
 
 
 class Problems(ValueError):
-    """Bad input: ``problems`` is a list of ``{"field", "problem"}``; nothing was created."""
+    """Bad input: ``problems`` is a list of ``{"field", "problem"}``; nothing was created.
+    ``status``: the HTTP status of the answer (422; 409 for a name taken)."""
 
-    def __init__(self, problems: list[dict[str, str]]):
+    def __init__(self, problems: list[dict[str, str]], status: int = 422):
         super().__init__("; ".join(f"{p['field']}: {p['problem']}" for p in problems))
         self.problems = problems
+        self.status = status
 
 
 def _problem(field: str, text: str) -> dict[str, str]:
@@ -80,6 +83,7 @@ class JobSpec:
     env: tuple[tuple[str, str], ...] = ()  # the job's variables (config/job_env.py rules, as trainctl's --env)
     secret_env: tuple[tuple[str, str], ...] = ()  # NAME, SECRET/KEY (--secret-env)
     ttl_seconds: Any = None  # delete the job this long after it finishes (--ttl); None: the platform's retention
+    replace_finished: bool = True  # a finished job of the name is replaced (a resubmit); False for a name made for the request
 
 
 def _int(field: str, value: Any, problems: list, *, lo: int, hi: int, required: bool = True) -> int | None:
@@ -88,6 +92,9 @@ def _int(field: str, value: Any, problems: list, *, lo: int, hi: int, required: 
             problems.append(_problem(field, "required"))
         return None
     if isinstance(value, bool) or not isinstance(value, int | str):
+        problems.append(_problem(field, "allowed: a whole number"))
+        return None
+    if isinstance(value, str) and not value.strip().isascii():  # int() takes other scripts' digits too
         problems.append(_problem(field, "allowed: a whole number"))
         return None
     try:
@@ -101,24 +108,37 @@ def _int(field: str, value: Any, problems: list, *, lo: int, hi: int, required: 
     return n
 
 
+# a Kubernetes quantity (apimachinery resource.Quantity: a signed decimal, then a binary or decimal
+# suffix or an exponent); the sign is left out: no resource here may be negative
+_QUANTITY_RE = re.compile(r"^(\d+(\.\d*)?|\.\d+)([KMGTPE]i|[numkMGTPE]|[eE][-+]?\d{1,3})?$", re.ASCII)
+
+
 def _quantity(field: str, value: Any, problems: list, *, unit: int, lo: int, hi: int) -> int | None:
     """A whole number of ``unit`` (rounded up) from a number in those units or a Kubernetes quantity
     string (the seed guide sends ``"memory_per_node": "16Gi"``; ``"4"``, ``"500m"``, ``"16G"`` too):
     ``unit`` is 1 for CPUs and 2**30 for GiB of memory. A bare number (``16``, ``"16"``) is in units,
     as the form's fields are."""
-    if isinstance(value, str) and value.strip() and not value.strip().isdigit():
+    if isinstance(value, str) and value.strip() and not (value.strip().isascii() and value.strip().isdigit()):
+        from decimal import Decimal
+
         from kubernetes.utils import parse_quantity
 
+        what = f"a whole number{' of GiB' if unit > 1 else ''} or a Kubernetes quantity ({'16Gi, 64G' if unit > 1 else '4, 500m'})"
+        text = value.strip()
+        if len(text) > 40 or not _QUANTITY_RE.fullmatch(text):  # Kubernetes' own form (no NaN, Infinity, 1_6 that Decimal takes)
+            problems.append(_problem(field, f"{shown(value[:40])}: allowed: {what}"))
+            return None
         try:
-            amount = parse_quantity(value.strip())
-        except ValueError:
-            problems.append(_problem(field, f"{shown(value[:40])}: allowed: a whole number{' of GiB' if unit > 1 else ''} or a Kubernetes quantity ({'16Gi, 64G' if unit > 1 else '4, 500m'})"))
+            plain = _QUANTITY_RE.fullmatch(text).group(3) is None  # type: ignore[union-attr]  (matched above)
+            amount = Decimal(text) * unit if plain else parse_quantity(text)  # a bare number is in units, as the form's fields
+        except (ValueError, ArithmeticError):
+            problems.append(_problem(field, f"{shown(value[:40])}: allowed: {what}"))
             return None
-        n = int(math.ceil(amount / unit))
-        if not lo <= n <= hi:
-            problems.append(_problem(field, f"{shown(value[:40])} ({n}{' GiB' if unit > 1 else ''}): allowed: {lo} to {hi}{' GiB' if unit > 1 else ''}"))
+        # compared as Decimals first: 1e999999 is a short string and a huge integer
+        if not amount.is_finite() or not Decimal((lo - 1) * unit) < amount <= Decimal(hi * unit):
+            problems.append(_problem(field, f"{shown(value[:40])}: allowed: {lo} to {hi}{' GiB' if unit > 1 else ''}"))
             return None
-        return n
+        return int(math.ceil(amount / unit))
     return _int(field, value, problems, lo=lo, hi=hi, required=False)
 
 
@@ -260,7 +280,7 @@ class Portal:
                 unpack(files, root)
                 bundle = collect(root)
                 bundle = replace(bundle, root=pathlib.Path(req.name or "job"))
-                done = jobstate.submit(kube, req, bundle, instance_type_given=True)
+                done = jobstate.submit(kube, req, bundle, instance_type_given=True, replace_finished_job=spec.replace_finished)
             except (UploadError, CodeError) as err:
                 raise Problems([_problem("training_code", line.replace(str(root), "the upload")) for line in str(err).splitlines()]) from None
             except objects.SubmitError as err:
