@@ -66,6 +66,16 @@ def _platform_flag(arg: str, flags: Mapping[str, str] = PLATFORM_FLAGS) -> str |
     return matches[0] if len(matches) == 1 else None
 
 
+RETENTION_MAX_DEFAULT = "720h"  # trainjobs.finishedJobRetentionMax when unset
+
+
+def retention_seconds(text: str) -> int | None:
+    """Seconds of a retention such as ``168h`` or ``1h30m`` (``_DURATION_RE``), None for ``Never``."""
+    if text == "Never":
+        return None
+    return sum(int(n) * {"s": 1, "m": 60, "h": 3600}[u] for n, u in re.findall(r"(\d+)([smh])", text))
+
+
 class JobBase(Section):
     """What every TrainJob has: nodes, instance type, image, placement, extra arguments.
     ``PLATFORM_FLAGS``: the program's flags the platform sets (refused in ``extraArgs``)."""
@@ -277,14 +287,33 @@ class TrainJobsSettings(Section):
     )
     finished_job_retention: str = opt(
         "168h",
-        "finished (Complete or Failed) TrainJobs that the stack does not manage (trainctl's, the teams') are deleted this long after they finish, by an hourly CronJob; Never keeps them",
+        "finished (Complete or Failed) TrainJobs that the stack does not manage (trainctl's, the teams') are deleted this long after they finish, by a CronJob every 10 minutes; Never keeps them "
+        "(unless a job asks for less: finishedJobRetentionMax)",
         check=_pattern(_DURATION_RE, "Never or a duration such as 168h or 30m"),
+    )
+    finished_job_retention_max: str | None = opt(
+        None,
+        "the longest a job may ask to be kept after it finishes (trainctl submit --ttl, the portal's ttl_seconds_after_finished), instead of finishedJobRetention; its checkpoints stay; "
+        f"Never: no limit; unset: {RETENTION_MAX_DEFAULT}, or finishedJobRetention where that is longer",
+        check=_pattern(_DURATION_RE, "Never or a duration such as 720h"),
     )
 
     def problems(self, path: str) -> Iterator[ConfigError]:
+        default = retention_seconds(self.finished_job_retention)
+        most = retention_seconds(self.finished_job_retention_max) if self.finished_job_retention_max is not None else None
+        if most is not None and default is not None and default > most:  # Never by default: jobs that ask are still held to the maximum
+            yield ConfigError(f"{path}.finishedJobRetention", self.finished_job_retention, f"longer than finishedJobRetentionMax ({self.finished_job_retention_max}); allowed: at most that")
         reserved = system_namespaces()
         if self.namespace in reserved:
             yield ConfigError(f"{path}.namespace", self.namespace, f"a system namespace ({reserved[self.namespace]}); allowed: a namespace of the platform's own such as training, not {', '.join(sorted(reserved))}")
+
+    def retention_max(self) -> str:
+        """``finishedJobRetentionMax`` as it applies: as set, else the default or, when longer (or
+        Never), ``finishedJobRetention`` (a stack that kept jobs longer keeps its meaning)."""
+        if self.finished_job_retention_max is not None:
+            return self.finished_job_retention_max
+        default = retention_seconds(self.finished_job_retention)
+        return self.finished_job_retention if default is None or default > retention_seconds(RETENTION_MAX_DEFAULT) else RETENTION_MAX_DEFAULT  # type: ignore[operator]
 
     def jobs_by_key(self) -> dict[str, JobBase]:
         """Every job, enabled or not, by config key (ddp, fsdp, tf, ncclCheck)."""

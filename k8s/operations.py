@@ -1,4 +1,4 @@
-"""The platform-ops namespace, the deploy-time GPU smoke check and the hourly cleanup of finished
+"""The platform-ops namespace, the deploy-time GPU smoke check and the cleanup of finished
 TrainJobs (builders: ``k8s/builders/operations.py``; the programs: ``k8s/pods/``)."""
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ from k8s.resources import apply_manifest
 
 class Operations(pulumi.ComponentResource):
     """The ops namespace, the GPU smoke check (``smokeChecks.enabled``; ``pulumi up`` waits for the
-    Job to complete: pulumi-kubernetes' Job await, up to SMOKE_CHECK_TIMEOUT), the hourly
-    cleanup of finished TrainJobs (unless ``trainjobs.finishedJobRetention`` is Never) and the
+    Job to complete: pulumi-kubernetes' Job await, up to SMOKE_CHECK_TIMEOUT), the cleanup of
+    finished TrainJobs every 10 minutes (with ``trainjobs.finishedJobRetention`` Never too: a job
+    may still ask for its own, ``trainctl submit --ttl``) and the
     fence of nodes a preflight failed on."""
 
     def __init__(
@@ -44,8 +45,6 @@ class Operations(pulumi.ComponentResource):
             return pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(deps), **kw)
 
         self.smoke_check: pulumi.Resource | None = None
-        self.cleanup: pulumi.Resource | None = None
-        cleanup_on = settings.trainjobs.finished_job_retention != "Never"
         ns = apply_manifest(ops_namespace(), o())
         apply_manifest(ops_network_policy(), o(ns))
         if settings.smoke_checks.enabled:
@@ -57,11 +56,10 @@ class Operations(pulumi.ComponentResource):
             self.smoke_check = apply_manifest(
                 job, o(ns, code, *gpu_ready, replace_on_changes=["spec"], delete_before_replace=True, custom_timeouts=pulumi.CustomTimeouts(create=SMOKE_CHECK_TIMEOUT, update=SMOKE_CHECK_TIMEOUT))
             )
-        if cleanup_on:
-            cm = script_configmap(CLEANUP, CLEANUP_SCRIPT)
-            code = apply_manifest(cm, o(ns))
-            rbac = [apply_manifest(m, o(ns)) for m in cleanup_rbac()]
-            self.cleanup = apply_manifest(cleanup_cronjob(settings, configmap=cm["metadata"]["name"], keep_kinds=keep_kinds, job_label=job_label), o(ns, code, trainer, *rbac))
+        cm = script_configmap(CLEANUP, CLEANUP_SCRIPT)
+        code = apply_manifest(cm, o(ns))
+        rbac = [apply_manifest(m, o(ns)) for m in cleanup_rbac()]
+        self.cleanup = apply_manifest(cleanup_cronjob(settings, configmap=cm["metadata"]["name"], keep_kinds=keep_kinds, job_label=job_label), o(ns, code, trainer, *rbac))
         # the nodes a preflight failed on are tainted, so the restarted job lands elsewhere
         cm = script_configmap(FENCE, FENCE_SCRIPT)
         code = apply_manifest(cm, o(ns))

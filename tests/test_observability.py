@@ -274,6 +274,30 @@ def test_cleanup_selects_finished_jobs_past_retention_and_never_the_stacks_own()
         tc.parse_duration("7d")
 
 
+def test_a_jobs_own_ttl_is_honoured_up_to_the_stacks_maximum():
+    now = tc.finished_at(_tj("x", cond="Complete", at="2026-11-08T00:00:00Z"))
+    assert now is not None
+
+    def asking(name: str, ttl: str, at: str = "2026-11-07T23:00:00Z") -> dict:  # finished an hour before now
+        job = _tj(name, cond="Complete", at=at)
+        job["metadata"]["annotations"] = {tj.TTL_ANNOTATION: ttl}
+        return job
+
+    jobs = [asking("short", "1800"), asking("long", "7200"), asking("days-ago-long", "864000", at="2026-11-01T00:00:00Z"), asking("junk", "2h"), asking("neg", "-5"),
+            _tj("plain-recent", cond="Complete", at="2026-11-07T23:00:00Z"), _tj("plain-old", cond="Complete")]
+
+    def names(**kw) -> list[str]:
+        return [j["metadata"]["name"] for j in tc.expired(jobs, now=now, keep_kinds=[], job_label=tj.JOB_LABEL, keep_namespace="training", ttl_annotation=tj.TTL_ANNOTATION, **kw)]
+
+    # the stack keeps jobs a week, at most 30 days: a job asking for 30 min goes after 30 min, one asking 10 days after 10 days
+    assert names(retention_s=7 * 86400, max_s=30 * 86400) == ["short", "plain-old"]  # junk and -5 are no number of seconds: the stack's retention
+    # a maximum of 3 days cuts the 10 days one asked for
+    assert names(retention_s=7 * 86400, max_s=3 * 86400) == ["short", "days-ago-long", "plain-old"]
+    # Never by default: only the jobs that ask are deleted
+    assert names(retention_s=None, max_s=None) == ["short"]
+    assert tc.retention_of(asking("a", "100"), retention_s=None, max_s=50, ttl_annotation=tj.TTL_ANNOTATION) == 50
+
+
 def test_cleanup_deletes_by_uid_and_skips_jobs_already_gone():
     import urllib.error
 
@@ -305,15 +329,18 @@ def test_cleanup_cronjob_is_least_privilege_and_configured_from_settings(need_sc
     pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     c = pod["containers"][0]
     env = {e["name"]: e["value"] for e in c["env"]}
-    assert env == {"RETENTION": "168h", "KEEP_JOB_KINDS": "ddp,fsdp,nccl-check,tf", "JOB_LABEL": tj.JOB_LABEL, "KEEP_NAMESPACE": "training"}
+    assert env == {"RETENTION": "168h", "RETENTION_MAX": "720h", "TTL_ANNOTATION": tj.TTL_ANNOTATION, "KEEP_JOB_KINDS": "ddp,fsdp,nccl-check,tf", "JOB_LABEL": tj.JOB_LABEL, "KEEP_NAMESPACE": "training"}
+    assert cron["spec"]["schedule"] == "*/10 * * * *" and cron["spec"]["concurrencyPolicy"] == "Forbid"
     assert c["image"] == versions.TRAINJOB_CLEANUP_IMAGE and pod["securityContext"]["runAsNonRoot"] is True and c["securityContext"]["readOnlyRootFilesystem"] is True
     cm = next(o for o in objs.values() if o["kind"] == "ConfigMap" and o["metadata"]["name"] == pod["volumes"][0]["configMap"]["name"])
     assert cm["data"]["trainjob_cleanup.py"] == kobs.CLEANUP_SCRIPT.read_text()
     for obj in objs.values():
         if obj["metadata"].get("namespace") == kobs.OPS_NAMESPACE or obj["metadata"]["name"] in (kobs.CLEANUP, kobs.OPS_NAMESPACE):
             assert v.validate(obj) == [], obj["metadata"]["name"]
+    # Never keeps the jobs that ask for nothing; one that asks for a TTL is still deleted (the CronJob stays)
     never = run_config(dev_config(trainjobs={"finishedJobRetention": "Never"}))
-    assert not [o for o in objects(never).values() if o["kind"] == "CronJob" and o["metadata"]["name"] == kobs.CLEANUP]  # (the preflight fence stays)
+    env = {e["name"]: e["value"] for e in find(never, "CronJob", kobs.CLEANUP)["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["RETENTION"] == "Never" and env["RETENTION_MAX"] == "Never"  # unset: no shorter than the default
 
 
 # --- smoke check ----------------------------------------------------------------------------------

@@ -74,7 +74,7 @@ def test_the_page_says_it_is_local_and_nothing_reads_a_kubeconfig(ui, monkeypatc
 
 
 def test_bad_input_is_one_problem_per_field_and_starts_nothing(ui, home):
-    r = ui.post("/api/trainjob/create", json={"namespace": "vision", "framework": "mpi", "training_code": "print(1)", "name": "Bad_Name", "config": {"num_nodes": 0, "gpu_per_node": 1}})
+    r = ui.post("/api/trainjob/create", json={"namespace": "Not_A_Label", "framework": "mpi", "training_code": "print(1)", "name": "Bad_Name", "config": {"num_nodes": 0, "gpu_per_node": 1}})
     assert r.status_code == 422
     fields = sorted(p["field"] for p in r.json()["problems"])
     assert fields == ["config.num_nodes", "framework", "name", "namespace"], r.json()
@@ -83,7 +83,7 @@ def test_bad_input_is_one_problem_per_field_and_starts_nothing(ui, home):
     assert "at most" in r.json()["problems"][0]["problem"]
     assert not (home / "jobs").exists() or not list((home / "jobs").iterdir())
     assert ui.get("/api/trainjob/nope/status").status_code == 404
-    assert ui.get("/api/trainjob/nope/status", params={"namespace": "vision"}).status_code == 422
+    assert ui.get("/api/trainjob/nope/status", params={"namespace": "vision"}).status_code == 404
     # a browser form without the CSRF token changes nothing
     assert ui.post("/submit", data={"framework": "pytorch", "num_nodes": "1", "preset": "small", "training_code": "print(1)"}).status_code == 401
 

@@ -79,6 +79,7 @@ def parser() -> Parser:
     s.add_argument("--efa-zone", help="run in the cluster's EFA pool in this zone (the instance type must be one of the pool's): EFA devices and their environment")
     s.add_argument("--env", action="append", metavar="NAME=VALUE", help="a variable of the training container (repeatable), such as NCCL_DEBUG=INFO; not the platform's own, no credentials (use --secret-env)")
     s.add_argument("--secret-env", action="append", metavar="NAME=SECRET/KEY", help="a variable read from key KEY of Secret SECRET in the namespace (repeatable; trainctl secret set writes the Secret); not with --local")
+    s.add_argument("--ttl", metavar="DURATION", help="delete the job this long after it finishes, such as 2h (default: the platform's trainjobs.finishedJobRetention; at most its finishedJobRetentionMax); its checkpoints stay; not with --local")
     s.add_argument("--local", action="store_true", help=f"run it on this machine through the emulator, in the background (state in ${local.HOME_ENV}, default {local.home()})")
     s.add_argument("code_dir", metavar="CODE_DIR")
     for name, text in (("list", "TrainJobs in the namespace"), ("runtimes", "the training runtimes the cluster offers")):
@@ -145,8 +146,9 @@ def cmd_submit(args: argparse.Namespace, command: list[str]) -> int:
     from dataclasses import replace
 
     env, secret_env, env_lines = objects.env_flags(args.env, args.secret_env)
-    req = replace(req, env=env, secret_env=secret_env)
-    found = env_lines + objects.problems(req)
+    ttl, ttl_lines = objects.ttl_flag(args.ttl)
+    req = replace(req, env=env, secret_env=secret_env, ttl_seconds=ttl)
+    found = env_lines + ttl_lines + objects.problems(req)
     if found:  # before reading the code dir or calling the cluster, every problem at once
         raise objects.SubmitError("\n".join(found))
     bundle = collect(args.code_dir)

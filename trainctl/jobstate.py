@@ -331,10 +331,13 @@ def evidence(cluster: KubeApi, name: str) -> diagnose.Evidence:
     return diagnose.Evidence(trainjob=tj, pods=pods, workloads=workloads, events=own + of_pods + of_workloads, nodes=nodes, log_lines=logs, refused=list(dict.fromkeys(refused)))
 
 
-def submit(cluster: KubeApi, req: objects.Request, bundle: CodeBundle, *, instance_type_given: bool, trainer_version: str | None = None, runtime_name: str | None = None) -> dict[str, Any]:
+def submit(cluster: KubeApi, req: objects.Request, bundle: CodeBundle, *, instance_type_given: bool, trainer_version: str | None = None, runtime_name: str | None = None,
+           replace_finished_job: bool = True) -> dict[str, Any]:
     """Create the code ConfigMap and the TrainJob of a checked request as the caller (the cluster's
     Trainer version, current runtime and published facts shape it, as :func:`objects.with_facts`);
-    nothing is left behind when the TrainJob is refused. Raises :class:`objects.SubmitError` for bad
+    nothing is left behind when the TrainJob is refused. A finished job of the name is replaced
+    (a resubmit), unless ``replace_finished_job`` is False (a name made for the request: the API
+    server's 409 stands). Raises :class:`objects.SubmitError` for bad
     input, :class:`ClusterError` for what the API server refused."""
     for group, resource in (("trainer.kubeflow.org", "trainjobs"), ("", "configmaps")):
         allowed, reason = cluster.can("create", group, resource)
@@ -358,7 +361,7 @@ def submit(cluster: KubeApi, req: objects.Request, bundle: CodeBundle, *, instan
             created = cluster.create_trainjob(tj)
         except ClusterError as err:
             # a job of that name: replaced when it finished (a resubmit of a fixed job), else refused
-            if ALREADY_EXISTS not in str(err) or (replaced := replace_finished(cluster, tj["metadata"]["name"], keep_configmap=cm["metadata"]["name"])) is None:
+            if ALREADY_EXISTS not in str(err) or not replace_finished_job or (replaced := replace_finished(cluster, tj["metadata"]["name"], keep_configmap=cm["metadata"]["name"])) is None:
                 raise
             created = cluster.create_trainjob(tj)
     except (ClusterError, objects.SubmitError):

@@ -21,8 +21,9 @@ from typing import Any
 
 import versions
 from config import catalog, job_env, trainjob_names
+from config.checks import _DURATION_RE
 from config.effect_rules import RESERVED_NAMESPACE_PREFIX
-from config.job_models import system_namespaces
+from config.job_models import retention_seconds, system_namespaces
 from config.schema import problems_of, repaired_section, validate_section
 from config.secrets import REDACTED, looks_secret, shown, unshown_in
 from config.settings import AZ_RE, DNS_LABEL_RE, KUEUE_INCOMPATIBLE_TRAINERS, TF_RUNTIME, TORCH_RUNTIME, JobBase, TrainerSettings
@@ -80,6 +81,7 @@ class Request:
     pip_extra_index_urls: tuple[str, ...] = ()
     service_account: str | None = None  # the team's jobs' service account (published facts); None: the namespace's default
     local: bool = False  # a run on this machine (submit --local, ui --local): no cluster Secrets (config/job_env.py)
+    ttl_seconds: int | None = None  # --ttl: delete the job this long after it finishes (k8s/builders/tenants.py TTL_ANNOTATION); None: the stack's retention
 
 
 # the job-shape keys of the stack's TrainJob model (config/job_models.py JobBase) as trainctl's flags
@@ -102,6 +104,18 @@ def job_shape_problems(req: Request) -> list[str]:
     return lines
 
 
+def ttl_flag(text: str | None) -> tuple[int | None, list[str]]:
+    """``--ttl``'s seconds (a duration such as ``30m`` or ``1h30m``, or a whole number of seconds)
+    and its problem line, if any."""
+    if text is None:
+        return None, []
+    if text.isascii() and text.isdigit():
+        return int(text), []
+    if text != "Never" and _DURATION_RE.fullmatch(text):
+        return retention_seconds(text), []
+    return None, [f"--ttl {shown(text[:40])}: allowed: a duration such as 30m, 24h or 1h30m, or a whole number of seconds"]
+
+
 def name_problem(name: str) -> str | None:
     """Why ``name`` is not a TrainJob name at all (a local job's directory), or None; what
     ``--name`` may be: :func:`config.trainjob_names.name_problem`."""
@@ -121,6 +135,8 @@ def check(req: Request) -> None:
 def problems(req: Request) -> list[str]:
     """Every problem of the request, one line each (no value that may be a secret is shown)."""
     problems = []
+    if req.ttl_seconds is not None and req.ttl_seconds < 0:
+        problems.append(f"--ttl {req.ttl_seconds}: allowed: 0 or more seconds")
     if req.runtime not in RUNTIMES:
         problems.append(f"unknown runtime {shown(req.runtime)}; allowed: {', '.join(RUNTIMES)}")
     if not DNS_LABEL_RE.fullmatch(req.namespace):
@@ -214,6 +230,12 @@ def with_facts(req: Request, facts: dict[str, Any] | None, *, instance_type_give
         changes["service_account"] = facts["serviceAccount"]
     if req.priority is None and facts.get("defaultPriority"):
         changes["priority"] = facts["defaultPriority"]
+    if req.ttl_seconds is not None and "finishedJobRetentionMax" not in facts:  # a platform from before job TTLs: its cleanup would not read it
+        raise SubmitError("--ttl: this platform does not delete jobs by their own TTL (its facts publish no finishedJobRetentionMax); leave --ttl out, its trainjobs.finishedJobRetention applies")
+    if isinstance(facts.get("finishedJobRetentionMax"), str) and _DURATION_RE.fullmatch(facts["finishedJobRetentionMax"]):
+        most = retention_seconds(facts["finishedJobRetentionMax"])
+        if req.ttl_seconds is not None and most is not None and req.ttl_seconds > most:
+            raise SubmitError(f"--ttl {req.ttl_seconds}s: allowed: at most {facts['finishedJobRetentionMax']} ({most}s, the platform's trainjobs.finishedJobRetentionMax)")
     if not instance_type_given and facts.get("defaultInstanceType"):
         changes["instance_type"] = facts["defaultInstanceType"]
     itype = changes.get("instance_type", req.instance_type)
@@ -353,7 +375,7 @@ def build(req: Request, bundle: CodeBundle) -> tuple[dict, dict]:
                   env=dict(req.env), secret_env=dict(req.secret_env))
     configmap, trainjob = tj.run_objects(
         workload, job, platform, files=bundle.files, entry=entry(req, bundle), priority=req.priority, image=req.image if req.image is not None else tj.RUNTIME_IMAGE,
-        deps=dependencies(req, bundle), env=checkpoint_env(name, req.resume_from),
+        deps=dependencies(req, bundle), env=checkpoint_env(name, req.resume_from), ttl_seconds=req.ttl_seconds,
     )
     items = bundle.items
     if req.service_account:  # the trainer pods only: the initializers run on the system nodes, as the namespace's default

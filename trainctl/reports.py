@@ -48,6 +48,8 @@ def cmd_submit_local(args: argparse.Namespace, command: list[str]) -> int:
         grace_seconds=args.grace_seconds, priority=args.priority, efa_zone=args.efa_zone, resume_from=args.resume_from, deps_timeout=args.deps_timeout,
     )
     found = env_lines + objects.problems(req) + local.node_problems(req.nodes, req.gpus_per_node or 1)
+    if getattr(args, "ttl", None) is not None:
+        found.append("--ttl: not with --local (a local job stays until trainctl delete --local)")
     if found:  # every problem at once, before the code dir is read
         raise objects.SubmitError("\n".join(found))
     cm, tj = objects.build(req, collect(args.code_dir))

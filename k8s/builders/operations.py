@@ -18,6 +18,7 @@ from config.namespaces import MONITORING_NAMESPACE, OPS_NAMESPACE  # noqa: F401 
 from config.settings import Settings
 from k8s.builders import gpu_objects as g
 from k8s.builders.runtimes import DO_NOT_DISRUPT
+from k8s.builders.tenants import TTL_ANNOTATION
 
 SMOKE_CHECK = "gpu-smoke-check"
 CLEANUP = "trainjob-cleanup"
@@ -286,9 +287,12 @@ def _ops_rbac(name: str, rules: list[dict]) -> list[dict]:
 
 
 def cleanup_cronjob(settings: Settings, *, configmap: str, keep_kinds: list[str], job_label: str) -> dict:
-    """Hourly: delete finished TrainJobs older than ``trainjobs.finishedJobRetention`` (k8s/pods/trainjob_cleanup.py)."""
-    env = {"RETENTION": settings.trainjobs.finished_job_retention, "KEEP_JOB_KINDS": ",".join(sorted(keep_kinds)), "JOB_LABEL": job_label, "KEEP_NAMESPACE": settings.trainjobs.namespace}
-    return _ops_cronjob(CLEANUP, "17 * * * *", CLEANUP_SCRIPT, env, configmap=configmap, container="cleanup", why="the cleanup calls the Kubernetes API with its ServiceAccount (list/delete TrainJobs only)", deadline_s=900)
+    """Every 10 minutes: delete finished TrainJobs older than their retention: the seconds a job's
+    ``TTL_ANNOTATION`` asks for, at most ``trainjobs.finishedJobRetentionMax``, else
+    ``trainjobs.finishedJobRetention`` (k8s/pods/trainjob_cleanup.py)."""
+    env = {"RETENTION": settings.trainjobs.finished_job_retention, "RETENTION_MAX": settings.trainjobs.retention_max(), "TTL_ANNOTATION": TTL_ANNOTATION,
+           "KEEP_JOB_KINDS": ",".join(sorted(keep_kinds)), "JOB_LABEL": job_label, "KEEP_NAMESPACE": settings.trainjobs.namespace}
+    return _ops_cronjob(CLEANUP, "*/10 * * * *", CLEANUP_SCRIPT, env, configmap=configmap, container="cleanup", why="the cleanup calls the Kubernetes API with its ServiceAccount (list/delete TrainJobs only)", deadline_s=540)
 
 
 def fence_cronjob(*, configmap: str) -> dict:

@@ -8,7 +8,8 @@ The document (``facts.json``)::
     {"version": 1, "trainerVersion": "v2.3.0", "kueue": true,
      "pools": [{"name": "gpu-pool", "instanceTypes": [...], "efa": false, "zone": null}, ...],
      "efa": {"zone": "us-east-1a", "instanceTypes": [...]} | null,
-     "defaultInstanceType": "g5.xlarge", "image": "<account>.dkr.ecr...@sha256:..." | null}
+     "defaultInstanceType": "g5.xlarge", "image": "<account>.dkr.ecr...@sha256:..." | null,
+     "finishedJobRetention": "168h", "finishedJobRetentionMax": "720h", ...}
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ def facts(settings: Settings, image: str | None, team: str | None = None) -> dic
         "defaultPriority": settings.tenants.teams()[team].default_priority if team in settings.tenants.teams() else "normal",
         # what a team's jobs run as (k8s/builders/tenants.py): trainctl and the portal set it on the trainer pods
         "serviceAccount": TEAM_SERVICE_ACCOUNT if team in settings.tenants.teams() else None,
+        # how long finished jobs are kept, and the most a job may ask for (trainctl submit --ttl; k8s/pods/trainjob_cleanup.py)
+        "finishedJobRetention": settings.trainjobs.finished_job_retention,
+        "finishedJobRetentionMax": settings.trainjobs.retention_max(),
     }
 
 

@@ -45,8 +45,13 @@ without a queue label into the namespace's LocalQueue named ``default`` (kueue v
 ``pkg/controller/jobframework/defaults.go``: ``setDefaultLocalQueue``), so an unlabelled job is
 queued too."""
 JOB_LABEL = "training-platform/job"
-"""Label on every TrainJob the platform or trainctl creates: its job kind (the hourly cleanup keeps
+"""Label on every TrainJob the platform or trainctl creates: its job kind (the cleanup keeps
 the platform's own kinds in the platform's namespace)."""
+TTL_ANNOTATION = "training-platform/ttl-seconds-after-finished"
+"""Annotation of a TrainJob that asks to be deleted this many seconds after it finishes (``trainctl
+submit --ttl``, the portal's ``ttl_seconds_after_finished``), instead of the stack's
+``trainjobs.finishedJobRetention`` and never later than ``trainjobs.finishedJobRetentionMax``
+(k8s/pods/trainjob_cleanup.py). Its checkpoints stay."""
 CODE_PREFIX = "training-code"
 """Name prefix of the code ConfigMaps a TrainJob mounts (``<prefix>-<hash>``): the only
 ConfigMaps a team's admission policy lets a member create."""

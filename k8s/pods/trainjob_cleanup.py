@@ -1,4 +1,4 @@
-"""Delete finished TrainJobs some time after they finish: run by an hourly CronJob.
+"""Delete finished TrainJobs some time after they finish: run by a CronJob every 10 minutes.
 
 Shipped as the CronJob's ConfigMap and run with the Python standard library only, against the
 API server with the pod's service account (list and delete TrainJobs, nothing else).
@@ -12,7 +12,9 @@ kube-janitor counts its TTL from creation, not from the finish. What exists for 
 hour" is Kubernetes' CronJob; the selection rule below is small and tested.
 
 The rule: a TrainJob is finished when its ``Complete`` or ``Failed`` condition is ``True``, and
-expired once that condition's ``lastTransitionTime`` lies ``retention`` seconds back. The stack's
+expired once that condition's ``lastTransitionTime`` lies its retention back: the seconds its
+``TTL_ANNOTATION`` asks for (``trainctl submit --ttl``), at most ``RETENTION_MAX``, else the
+stack's ``RETENTION`` (``Never``: kept unless the job asks). The stack's
 own TrainJobs (label ``training-platform/job`` with a stack job kind) are never touched: Pulumi
 owns their lifecycle, and deleting them would make the next ``pulumi up --refresh`` create and run
 them again. Deletion is by uid precondition (a job re-created under the same name survives) with
@@ -57,17 +59,31 @@ def finished_at(trainjob: dict) -> float | None:
     return None
 
 
-def expired(trainjobs: Iterable[dict], *, now: float, retention_s: float, keep_kinds: Iterable[str], job_label: str, keep_namespace: str) -> Iterator[dict]:
-    """The TrainJobs to delete: finished ``retention_s`` or more before ``now``, and not the stack's
-    own (a job kind of the stack, in the stack's namespace: a team's job carrying such a label is
-    still cleaned)."""
+def retention_of(trainjob: dict, *, retention_s: float | None, max_s: float | None, ttl_annotation: str) -> float | None:
+    """How long after it finished the job is kept: what its annotation asks (a whole number of
+    seconds; anything else is ignored), never more than ``max_s``; else ``retention_s``. None: kept."""
+    asked = (trainjob.get("metadata", {}).get("annotations") or {}).get(ttl_annotation)
+    if isinstance(asked, str) and asked.isascii() and asked.isdigit():
+        return float(asked) if max_s is None else min(float(asked), max_s)
+    if asked is not None:  # said, so whoever wrote it by hand learns why the job stays
+        meta = trainjob.get("metadata", {})
+        print(json.dumps({"ignored": f"{meta.get('namespace')}/{meta.get('name')}", "annotation": ttl_annotation, "why": "not a whole number of seconds"}), flush=True)
+    return retention_s
+
+
+def expired(trainjobs: Iterable[dict], *, now: float, retention_s: float | None, keep_kinds: Iterable[str], job_label: str, keep_namespace: str,
+            max_s: float | None = None, ttl_annotation: str = "") -> Iterator[dict]:
+    """The TrainJobs to delete: finished their retention (:func:`retention_of`) or more before
+    ``now``, and not the stack's own (a job kind of the stack, in the stack's namespace: a team's
+    job carrying such a label is still cleaned)."""
     keep = set(keep_kinds)
     for tj in trainjobs:
         meta = tj.get("metadata", {})
         if meta.get("namespace") == keep_namespace and meta.get("labels", {}).get(job_label) in keep:
             continue
         done = finished_at(tj)
-        if done is not None and now - done >= retention_s:
+        kept = retention_of(tj, retention_s=retention_s, max_s=max_s, ttl_annotation=ttl_annotation) if ttl_annotation else retention_s
+        if done is not None and kept is not None and now - done >= kept:
             yield tj
 
 
@@ -107,9 +123,10 @@ class Api:
         self._call("DELETE", f"/apis/{GROUP_VERSION}/namespaces/{namespace}/trainjobs/{name}", body)
 
 
-def run(api: Api, *, now: float, retention_s: float, keep_kinds: list[str], job_label: str, keep_namespace: str, dry_run: bool = False) -> list[str]:
+def run(api: Api, *, now: float, retention_s: float | None, keep_kinds: list[str], job_label: str, keep_namespace: str, dry_run: bool = False,
+        max_s: float | None = None, ttl_annotation: str = "") -> list[str]:
     deleted = []
-    for tj in expired(api.list_trainjobs(""), now=now, retention_s=retention_s, keep_kinds=keep_kinds, job_label=job_label, keep_namespace=keep_namespace):
+    for tj in expired(api.list_trainjobs(""), now=now, retention_s=retention_s, keep_kinds=keep_kinds, job_label=job_label, keep_namespace=keep_namespace, max_s=max_s, ttl_annotation=ttl_annotation):
         meta = tj["metadata"]
         ref = f"{meta['namespace']}/{meta['name']}"
         if not dry_run:
@@ -126,10 +143,10 @@ def run(api: Api, *, now: float, retention_s: float, keep_kinds: list[str], job_
 
 def main() -> int:
     retention_s = parse_duration(os.environ["RETENTION"])
-    if retention_s is None:
-        return 0
+    max_s = parse_duration(os.environ.get("RETENTION_MAX", "Never"))
     keep = [k for k in os.environ.get("KEEP_JOB_KINDS", "").split(",") if k]
-    run(Api.in_cluster(), now=time.time(), retention_s=retention_s, keep_kinds=keep, job_label=os.environ["JOB_LABEL"], keep_namespace=os.environ["KEEP_NAMESPACE"], dry_run=os.environ.get("DRY_RUN") == "true")
+    run(Api.in_cluster(), now=time.time(), retention_s=retention_s, keep_kinds=keep, job_label=os.environ["JOB_LABEL"], keep_namespace=os.environ["KEEP_NAMESPACE"],
+        dry_run=os.environ.get("DRY_RUN") == "true", max_s=max_s, ttl_annotation=os.environ.get("TTL_ANNOTATION", ""))
     return 0
 
 

@@ -18,6 +18,7 @@ from k8s.builders import portal as mp
 from k8s.builders.tenants import team_group, team_role
 from tests.e2e.conftest import require_kueue_visibility, wait_for
 from tests.e2e.portal_helpers import INSTANCE, STACK, admin_api, alb_header, alb_keys, portal_configuration, portal_stack, rendered_settings
+from tests.seed_guide import GUIDE_CREATE, TIMESTAMP_NAME
 from trainctl.portal.app import create_app
 
 TRAINJOBS = ("trainer.kubeflow.org", "v1alpha1", "trainjobs")
@@ -80,7 +81,7 @@ def test_create_runs_to_complete_with_logs_and_delete_removes_it(portal):
     r = _create(c, alice)
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["status"] == "created" and body["trainjob_name"] == "portal-e2e" and body["namespace"] == "vision" and body["created_at"]
+    assert body["status"] == "success" and body["trainjob_name"] == "portal-e2e" and body["namespace"] == "vision" and body["created_at"]
     states = set()
 
     def complete():
@@ -114,6 +115,32 @@ def test_create_runs_to_complete_with_logs_and_delete_removes_it(portal):
     r = c.delete("/api/trainjob/portal-e2e", params={"namespace": "vision"}, headers={**alice, **JSON})
     assert r.status_code == 200 and r.json()["status"] == "deleted"
     assert "portal-e2e" not in _jobs(up, "vision")
+
+
+def test_the_seed_guides_four_calls_as_written(portal):
+    """The guide's create body byte for byte (tests/seed_guide.py), sent by a
+    client behind the ALB (its header added by the ALB, an IdP without an email claim: the user is
+    user123), the answers read by the guide's names; the same client runs against trainctl ui --local."""
+    up, c = portal
+    alb = alb_header(up, "user123", "user-123", email=False)
+    r = c.post("/api/trainjob/create", headers={**alb, "Content-Type": "application/json"}, content=GUIDE_CREATE)
+    assert r.status_code == 200, r.text
+    created = r.json()
+    assert created["status"] == "success" and created["namespace"] == "user-123" and created["created_at"]
+    assert TIMESTAMP_NAME.fullmatch(created["trainjob_name"]), created
+    name = created["trainjob_name"]
+
+    def done():
+        s = c.get(f"/api/trainjob/{name}/status?namespace=user-123", headers=alb).json()
+        return s if s["state"] in ("Complete", "Failed") else None
+
+    final = wait_for("the guide's job to finish", done, up, timeout=180)
+    assert final["state"] == "Complete" and final["trainjob_name"] == name and final["completed_at"] and isinstance(final["message"], str)
+    logs = c.get(f"/api/trainjob/{name}/logs?namespace=user-123&worker=0", headers=alb).json()
+    assert logs["trainjob_name"] == name and logs["worker"] == 0 and isinstance(logs["logs"], str)
+    r = c.delete(f"/api/trainjob/{name}?namespace=user-123", headers=alb)  # no body, no other header: the guide's DELETE
+    assert r.status_code == 200, r.text
+    assert name not in _jobs(up, "user-123")
 
 
 def test_another_team_is_refused_by_the_api_server(portal):

@@ -6,16 +6,17 @@ nothing created; what the API server refuses keeps its status (403, 404, 409).""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from config.secrets import shown
 from trainctl.portal import chart
 from trainctl.portal.identity import Caller, Unauthorized
-from trainctl.portal.service import JobSpec, Problems, request_of
+from trainctl.portal.service import JobSpec, Problems, guide_name, request_of
 from trainctl.portal.upload import MAX_UPLOAD_BYTES, Part
 
 router = APIRouter(prefix="/api", tags=["trainjobs"])
@@ -27,10 +28,10 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 class JobConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    num_nodes: int = Field(description="workers (nodes)")
-    gpu_per_node: int = Field(description="GPUs per worker")
-    cpu_per_node: int | None = Field(None, description="CPUs per worker, at least (the instance type is chosen to give them)")
-    memory_per_node: int | None = Field(None, description="GiB of memory per worker, at least")
+    num_nodes: StrictInt = Field(description="workers (nodes)")
+    gpu_per_node: StrictInt = Field(description="GPUs per worker")
+    cpu_per_node: StrictInt | StrictStr | None = Field(None, description="CPUs per worker, at least (the instance type is chosen to give them): a number or a Kubernetes quantity (\"4\", \"500m\")")
+    memory_per_node: StrictInt | StrictStr | None = Field(None, description="memory per worker, at least: a Kubernetes quantity (\"16Gi\", as the seed guide sends it) or a whole number of GiB")
 
 
 class CreateRequest(BaseModel):
@@ -48,10 +49,11 @@ class CreateRequest(BaseModel):
     command: str | None = Field(None, description="default: python train.py")
     env: dict[str, str] | None = Field(None, description="variables of the training container, NAME: value (not the platform's own, no credentials: docs/env-and-secrets.md)")
     secret_env: dict[str, str] | None = Field(None, description="variables from a Secret of the namespace, NAME: SECRET/KEY (a secretKeyRef)")
+    ttl_seconds_after_finished: StrictInt | None = Field(None, description="delete the job this many seconds after it finishes (default: the platform's trainjobs.finishedJobRetention; at most its finishedJobRetentionMax); checkpoints stay")
 
 
 class CreateResponse(BaseModel):
-    status: Literal["created"]
+    status: Literal["success"] = Field(description="the seed guide's answer to a created job")
     trainjob_name: str
     namespace: str
     created_at: str | None
@@ -85,8 +87,6 @@ def _mutation_allowed(request: Request, caller: Caller, *, json_body: bool) -> N
 def _namespace_problems(caller: Caller, ns: str) -> list[dict[str, str]]:
     if caller.via == "alb" and ns != caller.namespace:
         return [{"field": "namespace", "problem": f"{shown(ns[:63])} is not your team's namespace ({caller.namespace})"}]
-    if caller.via == "local" and ns != caller.namespace:  # trainctl ui --local: the jobs of this machine
-        return [{"field": "namespace", "problem": f"{shown(ns[:63])}: local jobs are in namespace {caller.namespace}"}]
     return []
 
 
@@ -101,7 +101,7 @@ def input_problems(spec: JobSpec, *, local: bool = False) -> list[dict[str, str]
 
 
 def _created(done: dict[str, Any]) -> dict[str, Any]:
-    return {"status": "created", "trainjob_name": done["trainjob"], "namespace": done["namespace"], "created_at": done.get("created"), "instance_type": done["instanceType"]}
+    return {"status": "success", "trainjob_name": done["trainjob"], "namespace": done["namespace"], "created_at": done.get("created"), "instance_type": done["instanceType"]}
 
 
 @router.post("/trainjob/create", response_model=CreateResponse, summary="create a TrainJob from code (the seed guide's request)")
@@ -114,9 +114,11 @@ def create(request: Request, body: CreateRequest) -> dict[str, Any]:
     if len(body.training_code) > MAX_CODE_CHARS:
         problems.append({"field": "training_code", "problem": f"{len(body.training_code)} characters: allowed: at most {MAX_CODE_CHARS} (a ConfigMap holds 1 MiB)"})
     problems += _namespace_problems(caller, body.namespace)
+    name = body.name or (guide_name(body.user_id, body.config.num_nodes, datetime.now(UTC)) if body.user_id else None)  # the guide's <user_id>-job-<timestamp>
     spec = JobSpec(namespace=body.namespace, framework=body.framework, num_nodes=body.config.num_nodes, gpu_per_node=body.config.gpu_per_node, cpu_per_node=body.config.cpu_per_node,
-                   memory_per_node=body.config.memory_per_node, command=body.command or "python train.py", name=body.name, image=body.image,
-                   env=tuple((body.env or {}).items()), secret_env=tuple((body.secret_env or {}).items()))
+                   memory_per_node=body.config.memory_per_node, command=body.command or "python train.py", name=name, image=body.image,
+                   env=tuple((body.env or {}).items()), secret_env=tuple((body.secret_env or {}).items()), ttl_seconds=body.ttl_seconds_after_finished,
+                   replace_finished=body.name is not None or body.user_id is None)
     problems += input_problems(spec, local=bool(getattr(request.app.state.portal, "local", False)))
     if problems:
         raise Problems(problems)
@@ -153,7 +155,8 @@ async def upload(
 @router.get("/trainjob/{name}/status", summary="state (Running|Complete|Failed|Queued|Suspended|Pending), message, times, workers, progress and ETA")
 def status(request: Request, name: str, namespace: str | None = None) -> dict[str, Any]:
     caller = caller_of(request)
-    return request.app.state.portal.status(caller, _namespace(caller, namespace), name)
+    found = request.app.state.portal.status(caller, _namespace(caller, namespace), name)
+    return {**found, "state": found["status"]}  # the seed guide's clients read state; status is kept for ours
 
 
 @router.get("/trainjob/{name}/logs", summary="the log of worker N (its last lines)")
@@ -202,8 +205,7 @@ def progress_chart(request: Request, name: str, namespace: str | None = None) ->
 
 @router.delete("/trainjob/{name}", summary="delete a TrainJob (and its code ConfigMap unless another job uses it)")
 def delete(request: Request, name: str, namespace: str | None = None) -> dict[str, Any]:
-    caller = caller_of(request)
-    _mutation_allowed(request, caller, json_body=True)  # as create: a browser session sends application/json or the CSRF header
+    caller = caller_of(request)  # no CSRF check: no cross-site form or simple request can send DELETE; a script must pass CORS' preflight, which this API never grants
     result = request.app.state.portal.delete(caller, _namespace(caller, namespace), name)
     return {"status": "deleted", "trainjob_name": name, "namespace": _namespace(caller, namespace), "configmap_deleted": result["configmapDeleted"]}
 

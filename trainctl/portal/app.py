@@ -39,6 +39,27 @@ class Settings:
     poll_s: float = 2.0  # how often a state stream reads the job (or the list) again
 
 
+_UNION_TAGS = {"int": "a whole number", "str": "a string", "float": "a number", "bool": "true or false", "none": "null", "list": "a list", "dict": "an object"}
+
+
+def validation_problems(errors: Any) -> list[dict[str, str]]:
+    """FastAPI's validation errors as one problem per field: the body's ``loc`` without its ``body``
+    head and without the member tag pydantic adds for each member of a union (a value that is none
+    of ``int | str`` is one problem of ``config.memory_per_node``: "allowed: a whole number or a
+    string"), not one per member."""
+    fields: dict[str, list[str]] = {}
+    messages: dict[str, str] = {}
+    for e in errors:
+        loc = [str(p) for p in e.get("loc", ())[1:]]
+        tag = loc.pop() if len(loc) > 1 and loc[-1] in _UNION_TAGS else None
+        field = ".".join(loc) or "request"
+        messages.setdefault(field, str(e.get("msg", "invalid")))
+        fields.setdefault(field, [])
+        if tag is not None:
+            fields[field].append(_UNION_TAGS[tag])
+    return [{"field": f, "problem": f"allowed: {' or '.join(kinds)}" if len(kinds) > 1 else messages[f]} for f, kinds in fields.items()]
+
+
 def _status_of(err: ClusterError) -> int:
     text = str(err)
     for code, status in (("(HTTP 403)", 403), ("(HTTP 404)", 404), ("(HTTP 409)", 409), ("(HTTP 422)", 422), ("(HTTP 401)", 401), ("(HTTP 400)", 400)):
@@ -115,7 +136,7 @@ def create_app(base: client.Configuration | None, settings: Settings, *, alb_key
 
     @app.exception_handler(Problems)
     async def _problems(request: Request, err: Problems):  # noqa: ARG001
-        return JSONResponse({"problems": err.problems}, status_code=422)
+        return JSONResponse({"problems": err.problems}, status_code=err.status)
 
     @app.exception_handler(LocalNotFound)
     async def _not_found(request: Request, err: LocalNotFound):  # noqa: ARG001
@@ -130,8 +151,7 @@ def create_app(base: client.Configuration | None, settings: Settings, *, alb_key
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, err: RequestValidationError):  # noqa: ARG001
-        problems = [{"field": ".".join(str(p) for p in e.get("loc", ())[1:]) or "request", "problem": str(e.get("msg", "invalid"))} for e in err.errors()]
-        return JSONResponse({"problems": problems}, status_code=422)
+        return JSONResponse({"problems": validation_problems(err.errors())}, status_code=422)
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, err: Exception):  # noqa: ARG001  (never a traceback to the caller)

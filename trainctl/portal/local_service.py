@@ -7,7 +7,7 @@ no Kubernetes anywhere.
 by the same :func:`~trainctl.portal.service.request_of` (every problem at once) and built by
 :func:`trainctl.objects.build` into the ConfigMap and TrainJob the cluster path creates; status,
 logs, cancel and diagnosis are ``trainctl status|logs|delete|diagnose --local``'s. The namespace
-is the one local jobs carry (``LOCAL_NAMESPACE``, as ``trainctl submit --local`` writes it).
+is the one a job was submitted in (``LOCAL_NAMESPACE`` by default, as ``trainctl submit --local`` writes it).
 """
 
 from __future__ import annotations
@@ -49,15 +49,18 @@ class LocalPortal:
     local = True  # submissions are judged as trainctl submit --local judges them (no cluster Secrets)
 
     def _dir(self, namespace: str, name: str):
-        if namespace != LOCAL_NAMESPACE:
-            raise Problems([{"field": "namespace", "problem": f"{shown(namespace[:63])}: local jobs are in namespace {LOCAL_NAMESPACE} (trainctl ui --local)"}])
+        """The job's directory, when a local job of that name was submitted in ``namespace`` (a
+        local job keeps the namespace it was submitted in, ``local`` by default, as a cluster's job)."""
         try:
             d = local.job_dir(name)
         except local.LocalError as err:
             raise Problems([{"field": "name", "problem": str(err)}]) from None
-        if not d.exists():
-            raise LocalNotFound(f"no local job {name} (trainctl list --local)")
+        if not d.exists() or self._namespace(d) != namespace:
+            raise LocalNotFound(f"no local job {name} in namespace {shown(namespace[:63])} (trainctl list --local)")
         return d
+
+    def _namespace(self, d) -> str:
+        return str((self._trainjob(d).get("metadata") or {}).get("namespace") or LOCAL_NAMESPACE)
 
     def _trainjob(self, d) -> dict:
         """The TrainJob as submitted (its ``objects.yaml``): the job's shape, for GPUs and clone."""
@@ -83,7 +86,7 @@ class LocalPortal:
     # --- jobs ----------------------------------------------------------------------------------
 
     def create(self, caller: Caller, spec: JobSpec, files: list) -> dict[str, Any]:  # noqa: ARG002
-        problems = [] if spec.namespace == LOCAL_NAMESPACE else [{"field": "namespace", "problem": f"{shown(str(spec.namespace)[:63])}: local jobs are in namespace {LOCAL_NAMESPACE}"}]
+        problems: list[dict[str, str]] = []
         try:
             req = request_of(spec, None, local=True)  # the cluster path's checks, on the GPU catalog, and no Secret references
         except Problems as err:
@@ -91,6 +94,8 @@ class LocalPortal:
         problems += [{"field": "config.num_nodes", "problem": line.removeprefix(f"--nodes {req.nodes}: ")} for line in local.node_problems(req.nodes, req.gpus_per_node or 1)]
         if problems:  # every problem at once, nothing started
             raise Problems(problems)
+        if not spec.replace_finished and req.name and local.job_dir(req.name).exists():  # a name made for this request (the guide's, by the second): never another job's
+            raise Problems([{"field": "name", "problem": f"{req.name} exists already (a job made this second): send the request again"}], status=409)
         bundle = code_bundle(files, req.name)
         try:
             cm, tj = objects.build(req, bundle)
@@ -101,7 +106,7 @@ class LocalPortal:
             raise Problems([{"field": "request", "problem": line} for line in str(err).splitlines()]) from None
         except local.LocalError as err:  # a running job of that name (a finished one is replaced, as trainctl submit --local does)
             raise Problems([{"field": "name", "problem": str(err)}]) from None
-        return {"trainjob": state["name"], "namespace": LOCAL_NAMESPACE, "configmap": cm["metadata"]["name"], "configmapCreated": True, "runtime": "local emulator",
+        return {"trainjob": state["name"], "namespace": req.namespace, "configmap": cm["metadata"]["name"], "configmapCreated": True, "runtime": "local emulator",
                 "nodes": req.nodes, "created": _iso(state.get("submitted_at")), "instanceType": req.instance_type}
 
     def delete(self, caller: Caller, namespace: str, name: str) -> dict[str, Any]:  # noqa: ARG002
@@ -130,12 +135,12 @@ class LocalPortal:
         }
 
     def list(self, caller: Caller, namespace: str, *, with_progress: bool = True) -> list[dict[str, Any]]:  # noqa: ARG002
-        if namespace != LOCAL_NAMESPACE:
-            return []
         now = time.time()
         rows = []
         for r in local.jobs():
             d = local.job_dir(r["name"])
+            if self._namespace(d) != namespace:
+                continue
             submitted, _ = self._times(d)
             state = PHASES.get(r["phase"], r["phase"])
             rows.append({

@@ -32,7 +32,7 @@ from k8s.builders.gpu_objects import EFA_LABEL, EFA_POOL, GPU_POOL, POOL_LABEL, 
 from k8s.builders.images import from_docker_hub
 from k8s.builders.kueue import PRIORITY_LABEL
 from k8s.builders.runtimes import EFA_ENV, INITIALIZED_KEY_ANNOTATION, INITIALIZED_KEY_ENV, initialized_subpath
-from k8s.builders.tenants import CHECKPOINT_CLAIM, CODE_PREFIX, JOB_LABEL, QUEUE_LABEL  # noqa: F401  (JOB_LABEL: part of this module's interface)
+from k8s.builders.tenants import CHECKPOINT_CLAIM, CODE_PREFIX, JOB_LABEL, QUEUE_LABEL, TTL_ANNOTATION  # noqa: F401  (JOB_LABEL: part of this module's interface)
 from k8s.builders.trainer_api import INITIALIZED_DATASET, INITIALIZED_MODEL
 from workloads.builders.job_platform import JobPlatform, of_settings
 
@@ -294,7 +294,7 @@ RUNTIME_IMAGE = object()
 
 def trainjob(
     workload: Workload, job: JobBase, platform: JobPlatform | Settings, *, code_configmap: str, image: Any = None, runtime_name: str | None = None, queue: str | None = None, entry: dict[str, Any] | None = None,
-    priority: str | None = None, deps: Dependencies | None = None, env: list[dict] | None = None,
+    priority: str | None = None, deps: Dependencies | None = None, env: list[dict] | None = None, ttl_seconds: int | None = None,
 ) -> dict:
     """The TrainJob of a workload on its runtime (``runtime_name``: the runtime's current
     content-hashed name; computed from the settings when not given). ``image``: the trainer image
@@ -305,7 +305,8 @@ def trainjob(
     user's command); default :func:`trainer_entry` of the workload. ``platform``: the facts of the
     platform it runs on (:mod:`workloads.builders.job_platform`; a stack's settings are taken as theirs).
     ``deps``: the code ships a requirements.txt: the launcher's volume and settings (:class:`Dependencies`).
-    ``env``: more variables for the trainer (trainctl's checkpoint directory)."""
+    ``env``: more variables for the trainer (trainctl's checkpoint directory). ``ttl_seconds``: the
+    job asks to be deleted that long after it finishes (trainctl's and the portal's jobs)."""
     if not isinstance(platform, JobPlatform):
         platform = of_settings(platform, queue=queue is not None)
     image = image if image is not None else job.image
@@ -358,7 +359,8 @@ def trainjob(
     manifest = {
         "apiVersion": trainer_api.API_VERSION,
         "kind": "TrainJob",
-        "metadata": {"name": workload.name, "namespace": ns, "labels": {JOB_LABEL: workload.kind, **({QUEUE_LABEL: queue, PRIORITY_LABEL: priority or getattr(job, "priority", "normal")} if queue else {})}},
+        "metadata": {"name": workload.name, "namespace": ns, "labels": {JOB_LABEL: workload.kind, **({QUEUE_LABEL: queue, PRIORITY_LABEL: priority or getattr(job, "priority", "normal")} if queue else {})},
+                     **({"annotations": {TTL_ANNOTATION: str(ttl_seconds)}} if ttl_seconds is not None else {})},
         "spec": {
             "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime", "name": runtime_name},
             "trainer": {
@@ -396,17 +398,18 @@ def run_image(job: JobBase, platform_image: Any, copy: Callable[[str], Any] | No
 
 def run_objects(
     workload: Workload, job: JobBase, platform: JobPlatform, *, files: Mapping[str, str | bytes], image: Any = None, runtime_name: str | None = None, entry: dict[str, Any] | None = None,
-    priority: str | None = None, code_prefix: str = CODE_PREFIX, deps: Dependencies | None = None, env: list[dict] | None = None,
+    priority: str | None = None, code_prefix: str = CODE_PREFIX, deps: Dependencies | None = None, env: list[dict] | None = None, ttl_seconds: int | None = None,
 ) -> tuple[dict, dict]:
     """The one function that builds a run's objects, its code ConfigMap and its TrainJob, from the
     job model and the facts of the platform it runs on: the platform's ``trainjobs.<job>``
     (workloads/trainjobs.py), a TrainJob stack (workloads/__main__.py) and ``trainctl submit``
     (trainctl/objects.py) all call it. ``code_prefix``: the ConfigMap's name before its content hash
     (a TrainJob stack's run: ``<its TrainJob>-code``, so it never shares the platform's). ``deps`` and
-    ``env``: as :func:`trainjob` takes them (trainctl's jobs)."""
+    ``env`` and ``ttl_seconds``: as :func:`trainjob` takes them (trainctl's jobs)."""
     configmap = code_configmap(platform.namespace, files, code_prefix)
     manifest = trainjob(
         workload, job, platform, code_configmap=configmap["metadata"]["name"], image=image, runtime_name=runtime_name, queue=platform.queue, entry=entry, priority=priority, deps=deps, env=env,
+        ttl_seconds=ttl_seconds,
     )
     return configmap, manifest
 
