@@ -14,7 +14,6 @@ import pathlib
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse
 
-
 router = APIRouter(include_in_schema=False)
 ASSETS = {"swagger-ui.css": "text/css; charset=utf-8", "swagger-ui-bundle.js": "text/javascript; charset=utf-8", "favicon-32x32.png": "image/png"}
 CSP = "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'"
