@@ -24,7 +24,7 @@ from tests.conftest import dev_config, objects, run_config, stack_file
 from tests.test_tenants import TWO_TEAMS
 from trainctl import cli, code, secret_cmd
 from trainctl import objects as tobjects
-from trainctl.portal import service
+from trainctl.portal import submission
 from workloads.builders import trainjobs as tj
 
 TOKEN = "hf_" + "a1B2c3D4e5F6g7H8i9J0kLmN"  # shaped like a Hugging Face token
@@ -244,12 +244,12 @@ def test_set_creates_or_replaces_without_reading_and_decodes_no_answer():
 
 
 def test_the_portal_takes_env_and_names_each_problem_by_field():
-    spec = service.JobSpec(namespace="vision", framework="pytorch", num_nodes=1, gpu_per_node=1, env=(("NCCL_DEBUG", "INFO"),), secret_env=(("WANDB_API_KEY", "wandb/k"),))
-    req = service.request_of(spec, None)
+    spec = submission.JobSpec(namespace="vision", framework="pytorch", num_nodes=1, gpu_per_node=1, env=(("NCCL_DEBUG", "INFO"),), secret_env=(("WANDB_API_KEY", "wandb/k"),))
+    req = submission.request_of(spec, None)
     assert dict(req.env) == {"NCCL_DEBUG": "INFO"} and dict(req.secret_env) == {"WANDB_API_KEY": "wandb/k"}
-    bad = service.JobSpec(namespace="vision", framework="pytorch", num_nodes=1, gpu_per_node=1, env=(("PET_NNODES", "1"), ("X", TOKEN)), secret_env=(("Y", "nope"),))
-    with pytest.raises(service.Problems) as err:
-        service.request_of(bad, None)
+    bad = submission.JobSpec(namespace="vision", framework="pytorch", num_nodes=1, gpu_per_node=1, env=(("PET_NNODES", "1"), ("X", TOKEN)), secret_env=(("Y", "nope"),))
+    with pytest.raises(submission.Problems) as err:
+        submission.request_of(bad, None)
     fields = [p["field"] for p in err.value.problems]
     assert fields.count("env") == 2 and fields.count("secret_env") == 1 and TOKEN not in str(err.value.problems)
 

@@ -25,7 +25,7 @@ from config.team_models import prefix_problem
 from tests.conftest import stack_file
 from tests.test_portal import alb_token, app_client  # noqa: F401  (app_client: the cluster portal's app, a fixture)
 from trainctl import cli, code, local, objects, secret_cmd
-from trainctl.portal import service
+from trainctl.portal import submission
 from trainctl.ui import build_local
 from workloads.builders import trainjobs as tj
 
@@ -302,8 +302,8 @@ def test_trainctl_refuses_bad_requirements_at_submit(capsys, proj, tmp_path, mon
 def test_the_portals_uploads_refuse_bad_requirements(proj, local_ui):
     expected = _requirements_proj(proj)
     files = [("files", ("train.py", b"print(1)\n")), ("files", ("requirements.txt", (proj / "requirements.txt").read_bytes()))]
-    with pytest.raises(service.Problems) as err:  # the cluster portal's upload: the same collect, before anything is sent
-        service.code_bundle([service.Part(name, data) for _, (name, data) in files], "proj")
+    with pytest.raises(submission.Problems) as err:  # the cluster portal's upload: the same collect, before anything is sent
+        submission.code_bundle([submission.Part(name, data) for _, (name, data) in files], "proj")
     assert [p["problem"].split(":", 1)[0] for p in err.value.problems] == [where for where, _ in expected]
     csrf = local_ui.get("/submit").text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
     r = local_ui.post("/api/trainjob/upload", files=files, data={"namespace": "local", "framework": "pytorch", "num_nodes": "1", "gpu_per_node": "1"}, headers={"x-csrf-token": csrf})

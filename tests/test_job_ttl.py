@@ -12,7 +12,7 @@ import pytest
 from config.schema import ConfigError
 from config.settings import load_settings
 from trainctl import cli, code, objects
-from trainctl.portal.service import JobSpec, Problems, request_of
+from trainctl.portal.submission import JobSpec, Problems, request_of
 from workloads.builders import trainjobs as tj
 
 

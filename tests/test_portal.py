@@ -30,7 +30,7 @@ from k8s.builders import portal as mp
 from trainctl.portal import identity, upload
 from trainctl.portal.app import Settings, create_app
 from trainctl.portal.identity import AlbIdentity, TeamLogin, Unauthorized, kubeconfig_headers
-from trainctl.portal.service import JobSpec, Problems, pick_instance_type, request_of
+from trainctl.portal.submission import JobSpec, Problems, pick_instance_type, request_of
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ARN = "arn:aws:elasticloadbalancing:us-west-2:123456789012:loadbalancer/app/training-teams-portal/0123456789abcdef"

@@ -25,10 +25,10 @@ from tests.test_portal import ALB_FORWARDED, ARN, PUB, TEAMS, alb_token
 from trainctl import local, objects
 from trainctl.code import collect
 from trainctl.kube import ClusterError
-from trainctl.portal import apidocs, form, service
+from trainctl.portal import apidocs, form, service, submission
 from trainctl.portal.app import Settings, create_app
 from trainctl.portal.local_service import LocalPortal
-from trainctl.portal.service import MPI_REASON, code_bundle, request_of
+from trainctl.portal.submission import MPI_REASON, code_bundle, request_of
 from trainctl.ui import build_local
 from workloads.builders.trainjobs import CODE_MOUNT
 
@@ -292,7 +292,7 @@ def test_mpi_is_shown_disabled_with_its_reason_and_refused_if_posted(alb):
     assert "disabled" in mpi and mpi["aria-describedby"] == "framework-mpi-why"
     assert re.search(r'<p class="hint" id="framework-mpi-why">[^<]*no MPI runtime', page)
     offered = [k for k, a in read_form(page).controls.items() if a.get("name") == "framework" and "disabled" not in a]
-    assert offered == ["framework-pytorch", "framework-tensorflow"] and {service.FRAMEWORKS[f.split("-")[1]] for f in offered} == set(objects.RUNTIMES)
+    assert offered == ["framework-pytorch", "framework-tensorflow"] and {submission.FRAMEWORKS[f.split("-")[1]] for f in offered} == set(objects.RUNTIMES)
     r = _post(c, page, framework="mpi")
     assert r.status_code == 422 and not created and MPI_REASON in _problems(r.text)["framework"][0]
 

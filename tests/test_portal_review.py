@@ -230,13 +230,19 @@ def test_an_unfetchable_key_is_a_401():
 # 9. DELETE
 
 
-def test_delete_needs_the_same_cross_site_check_as_create():
+def test_delete_from_another_site_is_refused_and_a_plain_delete_is_not():
+    """The seed guide's DELETE has no body and no other header; a browser's request from another
+    site says so (Sec-Fetch-Site) and is refused; no CORS preflight is ever granted."""
     c = _app()
     h = {"x-amzn-oidc-data": alb_token()}
-    r = c.delete("/api/trainjob/x?namespace=vision", headers=h)
-    assert r.status_code == 401 and "cross-site" in r.text
-    r = c.delete("/api/trainjob/x?namespace=vision", headers={**h, "content-type": "application/json"})
-    assert r.status_code != 401  # past the check: the (absent) cluster answers
+    for site in ("cross-site", "same-site"):
+        r = c.delete("/api/trainjob/x?namespace=vision", headers={**h, "sec-fetch-site": site})
+        assert r.status_code == 401 and "cross-site" in r.text
+    r = c.options("/api/trainjob/x?namespace=vision", headers={**h, "origin": "https://evil.example", "access-control-request-method": "DELETE"})
+    assert not [k for k in r.headers if k.lower().startswith("access-control-")]
+    for extra in ({}, {"sec-fetch-site": "same-origin"}):
+        r = c.delete("/api/trainjob/x?namespace=vision", headers={**h, **extra})
+        assert r.status_code != 401, r.text  # past the check: the (absent) cluster answers
 
 
 # 10. readiness gate and preStop

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from tests.seed_guide import GUIDE_CREATE
 from trainctl import local
-from trainctl.portal.service import JobSpec, Problems, guide_name, request_of
+from trainctl.portal.submission import JobSpec, Problems, guide_name, request_of
 from trainctl.ui import build_local
 
 PORT = 8767

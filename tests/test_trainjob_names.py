@@ -14,7 +14,7 @@ from config.run_config import JOB_MODELS, load_run, run_name
 from config.schema import ConfigErrors
 from k8s.builders import trainer_api
 from trainctl import cli, code, objects
-from trainctl.portal.service import JobSpec, Problems, request_of
+from trainctl.portal.submission import JobSpec, Problems, request_of
 from workloads.builders import trainjobs as tj
 
 DEV = "organization/training-platform/dev"

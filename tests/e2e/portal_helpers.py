@@ -18,8 +18,9 @@ from trainctl.portal.__main__ import settings_of
 
 STACK = "teams"
 INSTANCE = "portal"
-TEAM_GROUPS = {"vision": "vision-devs", "nlp": "nlp-devs", "user-123": "user-123-devs"}  # user-123: the seed guide's namespace (tests/e2e/test_portal.py)
-GUIDE_TENANT = {"gpuQuota": 4}
+TEAM_GROUPS = {"vision": "vision-devs", "nlp": "nlp-devs"}
+# the seed guide's namespace, a team of the portal's e2e stack only (tests/e2e/test_portal.py)
+GUIDE_TEAM, GUIDE_GROUP, GUIDE_TENANT = "user-123", "user-123-devs", {"gpuQuota": 4}
 PORTAL = {
     "enabled": True, "host": "portal.example.com", "certificateArn": "arn:aws:acm:us-west-2:123456789012:certificate/12345678-1234-1234-1234-123456789012",
     "issuer": "https://idp.example.com", "authorizationEndpoint": "https://idp.example.com/authorize", "tokenEndpoint": "https://idp.example.com/token",
@@ -36,7 +37,8 @@ KID = "5b4e9c2a-1111-4222-8333-944455556666"
 def portal_stack() -> dict:
     stack = copy.deepcopy(stack_file(STACK))
     stack["config"]["training-platform:portal"] = copy.deepcopy(PORTAL)
-    stack["config"]["training-platform:tenants"]["user-123"] = copy.deepcopy(GUIDE_TENANT)
+    stack["config"]["training-platform:tenants"][GUIDE_TEAM] = copy.deepcopy(GUIDE_TENANT)
+    stack["config"]["training-platform:portal"]["teams"][GUIDE_TEAM] = {"groups": [GUIDE_GROUP]}
     return stack
 
 
@@ -71,7 +73,7 @@ def signer(up) -> str:
 def alb_header(up, sub: str, team: str, *, exp_in: int = 300, key=KEY, signer_arn: str | None = None, email: bool = True) -> dict[str, str]:
     """The ALB's signed claims of ``sub`` in ``team``'s group; ``email=False``: an IdP that sends no email claim (the user is ``sub``)."""
     exp = int(time.time()) + exp_in
-    claims = {"sub": sub, **({"email": f"{sub}@example.com"} if email else {}), "groups": [TEAM_GROUPS[team]], "exp": exp}
+    claims = {"sub": sub, **({"email": f"{sub}@example.com"} if email else {}), "groups": [{**TEAM_GROUPS, GUIDE_TEAM: GUIDE_GROUP}[team]], "exp": exp}
     token = jwt.encode(claims, key, algorithm="ES256",
                        headers={"kid": KID, "signer": signer_arn or signer(up), "exp": exp})
     # with what the ALB adds to every request it forwards (trainctl/portal/identity.py forwarded_source)

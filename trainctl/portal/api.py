@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from config.secrets import shown
 from trainctl.portal import chart
 from trainctl.portal.identity import Caller, Unauthorized
-from trainctl.portal.service import JobSpec, Problems, guide_name, request_of
+from trainctl.portal.submission import JobSpec, Problems, guide_name, request_of
 from trainctl.portal.upload import MAX_UPLOAD_BYTES, Part
 
 router = APIRouter(prefix="/api", tags=["trainjobs"])
@@ -82,6 +82,15 @@ def _mutation_allowed(request: Request, caller: Caller, *, json_body: bool) -> N
     if request.app.state.auth.csrf_ok(caller, request.headers.get(CSRF_HEADER)):
         return
     raise Unauthorized(f"a change from a browser needs a JSON body or the {CSRF_HEADER} header (cross-site request protection)")
+
+
+def _not_cross_site(request: Request) -> None:
+    """DELETE takes no CSRF token (the seed guide's clients send no header): no form or simple
+    cross-site request can send it, and a script of another origin needs CORS' preflight, which
+    this API never grants. A browser also says where a request comes from (Fetch Metadata,
+    ``Sec-Fetch-Site``): one from another site is refused all the same."""
+    if request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
+        raise Unauthorized("a change from another site's page is refused (cross-site request protection)")
 
 
 def _namespace_problems(caller: Caller, ns: str) -> list[dict[str, str]]:
@@ -205,7 +214,8 @@ def progress_chart(request: Request, name: str, namespace: str | None = None) ->
 
 @router.delete("/trainjob/{name}", summary="delete a TrainJob (and its code ConfigMap unless another job uses it)")
 def delete(request: Request, name: str, namespace: str | None = None) -> dict[str, Any]:
-    caller = caller_of(request)  # no CSRF check: no cross-site form or simple request can send DELETE; a script must pass CORS' preflight, which this API never grants
+    caller = caller_of(request)
+    _not_cross_site(request)
     result = request.app.state.portal.delete(caller, _namespace(caller, namespace), name)
     return {"status": "deleted", "trainjob_name": name, "namespace": _namespace(caller, namespace), "configmap_deleted": result["configmapDeleted"]}
 

@@ -20,7 +20,8 @@ from trainctl.kube import ClusterError, NotAllowed
 from trainctl.portal.backend import Backend
 from trainctl.portal.guard import CALLER_KEY, BodyTooLarge, Guard
 from trainctl.portal.identity import FORWARDED_FOR, FORWARDED_PROTO, OIDC_HEADER, AlbIdentity, Caller, KeyFetcher, TeamLogin, Unauthorized, bearer, forwarded_source
-from trainctl.portal.service import Portal, Problems
+from trainctl.portal.service import Portal
+from trainctl.portal.submission import Problems
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 from trainctl.portal.identity import Caller
-from trainctl.portal.service import JobSpec
+from trainctl.portal.submission import JobSpec
 from trainctl.portal.upload import Part
 
 

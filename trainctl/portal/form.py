@@ -32,7 +32,7 @@ from config import job_env
 from config.settings import TF_RUNTIME
 from trainctl import objects
 from trainctl.code import requirements_problems
-from trainctl.portal.service import FRAMEWORKS, MPI_REASON, JobSpec, Problems, _from_trainctl, request_of
+from trainctl.portal.submission import FRAMEWORKS, MPI_REASON, JobSpec, Problems, _from_trainctl, request_of
 from trainctl.portal.upload import Part
 from workloads.builders.trainjobs import REQUIREMENTS_FILE, RESUME_FROM_ENV
 
@@ -209,7 +209,7 @@ def code_parts(form: Mapping[str, str], uploads: list[Part]) -> tuple[list[Part]
 
 def submission(form: Mapping[str, str], uploads: list[Part], namespace: str, *, local: bool) -> tuple[JobSpec, list[Part], list[dict[str, str]]]:
     """(the job, its code, every problem of the form at once): the boxes by trainctl's rules, the
-    job by the backend's (:func:`trainctl.portal.service.request_of`; ``local``: ``trainctl ui --local``)."""
+    job by the backend's (:func:`trainctl.portal.submission.request_of`; ``local``: ``trainctl ui --local``)."""
     preset = PRESETS.get(form.get("preset", ""), PRESETS["custom"])
     if "gpus" in preset:
         gpus, cpus, memory, itype = preset["gpus"], preset["cpus"], preset["memory"], None

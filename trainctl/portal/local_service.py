@@ -4,7 +4,7 @@ no Kubernetes anywhere.
 
 :class:`LocalPortal` answers what :class:`trainctl.portal.service.Portal` answers for the routes
 (trainctl/portal/backend.py names the methods), on trainctl's own modules: a submission is checked
-by the same :func:`~trainctl.portal.service.request_of` (every problem at once) and built by
+by the same :func:`~trainctl.portal.submission.request_of` (every problem at once) and built by
 :func:`trainctl.objects.build` into the ConfigMap and TrainJob the cluster path creates; status,
 logs, cancel and diagnosis are ``trainctl status|logs|delete|diagnose --local``'s. The namespace
 is the one a job was submitted in (``LOCAL_NAMESPACE`` by default, as ``trainctl submit --local`` writes it).
@@ -25,7 +25,8 @@ import yaml
 from config.secrets import shown
 from trainctl import diagnose, local, objects, progress
 from trainctl.portal.identity import Caller
-from trainctl.portal.service import JobSpec, Problems, code_bundle, gpus_of, request_of
+from trainctl.portal.service import gpus_of
+from trainctl.portal.submission import JobSpec, Problems, code_bundle, request_of
 
 LOCAL_NAMESPACE = "local"  # trainctl submit --local's namespace when none is given (trainctl/reports.py)
 NOTE = "Local mode: jobs run on this machine's CPU through the emulator (trainctl submit --local); no Kubernetes, no queue"

@@ -18,7 +18,7 @@ from trainctl.kube import ClusterError
 from trainctl.portal import chart
 from trainctl.portal import form as form_logic
 from trainctl.portal.identity import Caller, Unauthorized
-from trainctl.portal.service import Problems
+from trainctl.portal.submission import Problems
 from trainctl.portal.upload import MAX_UPLOAD_BYTES, Part
 
 HERE = pathlib.Path(__file__).parent
