@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from tools import emulator_objects
+import tools.emulator_objects as emulator_objects  # the emulator's model: where it and its stack files are
 from trainctl import objects, proctree, progress
 from trainctl.diagnose import DEPS_CAUSE, DEPS_LINE
 
