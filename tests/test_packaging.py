@@ -128,6 +128,9 @@ def test_the_wheel_holds_one_package_with_the_cli_its_builders_emulator_and_data
     assert {f"{p}config/gpu_instances.yaml", f"{p}config/aws_facts.yaml", "trainctl/portal/templates/base.html"} <= set(names)
     # the stack file local mode runs on: the repository's, copied at build time
     assert zipfile.ZipFile(wheel).read(f"{p}Pulumi.dev.yaml") == (ROOT / "Pulumi.dev.yaml").read_bytes()
+    # what runs in pods (read into ConfigMaps and commands): byte for byte the repository's, whatever setup.py rewrites
+    in_pods = [m for m in modules if m.startswith((f"{p}workloads/programs/", f"{p}k8s/pods/"))]
+    assert in_pods and [m for m in in_pods if zipfile.ZipFile(wheel).read(m) != (ROOT / m[len(p):]).read_bytes()] == []
     # the Pulumi program's own modules of k8s/ and workloads/ stay in the repository, and of tools/ all but the emulator (setup.py)
     assert [m for m in modules if re.fullmatch(rf"{p}(k8s|workloads)/[^/]+\.py", m) and not m.endswith("__init__.py")] == []
     assert sorted(m[len(p) + 6:-3] for m in modules if m.startswith(f"{p}tools/")) == ["__init__", "emulate", "emulator_mounts", "emulator_objects", "emulator_output", "emulator_pods", "fixture_hub"]
