@@ -24,7 +24,8 @@ MAY_IMPORT = {
     "infra": {"config", "k8s.builders", "infra", "versions"},
     "k8s": {"config", "k8s.builders", "infra", "k8s", "versions"},
     "workloads": {"config", "k8s.builders", "workloads.builders", "infra", "k8s", "workloads", "versions"},
-    "trainctl": {"config", "k8s.builders", "workloads.builders", "trainctl", "versions"},
+    # local mode runs the emulator (tools/emulate.py, which the wheel carries): trainctl reads where it is from its model
+    "trainctl": {"config", "k8s.builders", "workloads.builders", "trainctl", "versions", "tools.emulator_objects"},
 }
 PURE = ("config", "k8s.builders", "workloads.builders", "k8s.pods", "workloads.programs", "trainctl")
 """Roles that never load Pulumi: what the CLI, the pods and the training image import."""

@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import os
+import pathlib
 import re
 import shutil
 import socket
 import sys
 from dataclasses import dataclass, field
 
-from config.stack_file import StackFileError
+from config.schema import PROJECT, validate_section
+from config.settings import TrainerSettings
+from config.stack_file import StackFileError, load_stack_file, namespaced_config
 from k8s.builders import trainer_api
-from tools import stack_refs
-from tools.mock_runtime import ProgramError, run_program, stack_config_of
-from tools.render import PROJECT_DIR, manifests
+from k8s.builders.runtimes import runtimes as declared_runtimes
 from workloads.builders.trainjobs import JOB_LABEL, TF_RUNTIME, TINY_PROFILE, WORKLOAD_BY_KIND
+
+# the directory of the platform's stack files: the repository's root in a checkout, trainctl/_platform
+# in the installed trainctl (setup.py copies the stack file local mode runs on there)
+PROJECT_DIR = str(pathlib.Path(__file__).resolve().parent.parent)
+# where this module's top-level package is imported from (the checkout's root, or site-packages)
+IMPORT_ROOT = str(pathlib.Path(__file__).resolve().parents[len(__name__.split(".")) - 1])
 
 TF_VENV = ".venv-tf"  # make emulate JOB=tf: TensorFlow for the TF job (workloads/requirements-tf.txt)
 
@@ -161,11 +168,40 @@ def default_python(kind: str) -> str:
     return python
 
 
+def stack_file_path(stack: str) -> str:
+    """The stack's file, ``Pulumi.<stack>.yaml`` of :data:`PROJECT_DIR`."""
+    return os.path.join(PROJECT_DIR, f"Pulumi.{stack}.yaml")
+
+
+def stack_runtimes(stack: str, stack_config: dict | None = None) -> list[dict]:
+    """The ClusterTrainingRuntimes of the stack's trainer settings (k8s/trainer.py declares the
+    builders' ``runtimes`` of them), from its stack file (or ``stack_config``, a stack file's
+    content), with the platform's builders and its trainer section's model, without Pulumi: what the
+    platform installs but for the registry its images name (the emulator runs no image) and the grace
+    variants its own jobs add (a TrainJob that names one gets it: :func:`_with_grace_class`). One
+    line (EmulationError) for a stack file or trainer section refused."""
+    try:
+        raw_file = stack_config if stack_config is not None else load_stack_file(stack_file_path(stack))
+        config = namespaced_config(raw_file.get("config") or {})
+    except StackFileError as err:
+        raise EmulationError(str(err)) from None
+    trainer, problems = validate_section(TrainerSettings, config.get(f"{PROJECT}:trainer"), "trainer")
+    if not isinstance(trainer, TrainerSettings) or problems:
+        raise EmulationError(f"stack {stack}: {problems[0] if problems else 'trainer: not a section'}")
+    return list(declared_runtimes(trainer).values())
+
+
 def load_job(stack: str, kind: str | None, work_dir: str, stack_config: dict | None = None, python: str | None = None, hub_dir: str | None = None, project: str = "") -> Job:
     """Render the stack and turn the TrainJob for ``kind`` into a local Job (``hub_dir``: the
     local hub for the emulated initializers; default a fixture hub in ``work_dir``). ``project``
     ``workloads``: a TrainJob stack, rendered after its platform stack (whose runtime it runs on);
-    its one run is the job (``kind`` None)."""
+    its one run is the job (``kind`` None). Renders the Pulumi program: runs from the checkout."""
+    try:
+        from tools import stack_refs
+        from tools.mock_runtime import ProgramError, run_program, stack_config_of
+        from tools.render import manifests
+    except ImportError as err:  # the installed trainctl's emulator: no Pulumi program to render
+        raise EmulationError(f"rendering stack {stack}'s jobs needs the platform's checkout and its .venv ({err})") from None
     try:
         if project:
             project_dir = os.path.join(PROJECT_DIR, project)
@@ -205,26 +241,23 @@ def write_configmap(cm: dict, items: list[dict] | None, local: str) -> None:
 
 
 def _with_grace_class(stack: str, stack_config: dict | None, grace: int) -> list[dict]:
-    """The stack's runtimes rendered with ``grace`` among its ``trainer.graceClasses`` (a TrainJob
-    of ``trainctl submit --grace-seconds`` names that variant: k8s/builders/runtimes.py)."""
+    """The stack's runtimes with ``grace`` among its ``trainer.graceClasses`` (a TrainJob of
+    ``trainctl submit --grace-seconds`` names that variant: k8s/builders/runtimes.py)."""
     import copy
 
-    from config.stack_file import load_stack_file
-
-    config = copy.deepcopy(stack_config) if stack_config is not None else load_stack_file(os.path.join(PROJECT_DIR, f"Pulumi.{stack}.yaml"))
-    trainer = config.setdefault("config", {}).setdefault("training-platform:trainer", {})
-    trainer["graceClasses"] = sorted({*trainer.get("graceClasses", []), grace})
     try:
-        run = run_program(PROJECT_DIR, stack, stack_config=config)
-    except (ProgramError, StackFileError) as err:
+        config = copy.deepcopy(stack_config) if stack_config is not None else load_stack_file(stack_file_path(stack))
+    except StackFileError as err:
         raise EmulationError(str(err)) from None
-    return [o for o in manifests(run).values() if o["kind"] == "ClusterTrainingRuntime"]
+    trainer = config.setdefault("config", {}).setdefault(f"{PROJECT}:trainer", {})
+    trainer["graceClasses"] = sorted({*trainer.get("graceClasses", []), grace})
+    return stack_runtimes(stack, config)
 
 
 def load_trainjob_file(path: str, stack: str, work_dir: str, python: str | None = None, stack_config: dict | None = None) -> Job:
     """The local Job of a TrainJob file (``trainctl submit --dry-run`` output: its code ConfigMap
-    and the TrainJob) on the runtime the stack renders. A runtimeRef that names no rendered
-    runtime is matched by the runtime's base label (``training-platform/runtime``), saying so:
+    and the TrainJob) on the runtime the stack declares (:func:`stack_runtimes`: no Pulumi, so the
+    installed trainctl runs it too). A runtimeRef that names no declared runtime is matched by the runtime's base label (``training-platform/runtime``), saying so:
     the file may have been written for the platform's defaults. Nothing is appended to the
     command (the program is the user's, not a platform job with a tiny profile)."""
     import yaml
@@ -241,11 +274,7 @@ def load_trainjob_file(path: str, stack: str, work_dir: str, python: str | None 
     if len(trainjobs) != 1:
         raise EmulationError(f"{path}: expected one TrainJob, found {len(trainjobs)}")
     tj = trainjobs[0]
-    try:
-        run = run_program(PROJECT_DIR, stack, stack_config=stack_config)
-    except (ProgramError, StackFileError, FileNotFoundError) as err:
-        raise EmulationError(str(err)) from None
-    runtimes = [o for o in manifests(run).values() if o["kind"] == "ClusterTrainingRuntime"]
+    runtimes = stack_runtimes(stack, stack_config)
     ref = tj["spec"]["runtimeRef"]["name"]
     runtime = next((r for r in runtimes if r["metadata"]["name"] == ref), None)
     if runtime is None:
@@ -322,8 +351,8 @@ def _trainer_initializer(rj: dict, tj: dict, work_dir: str, hub_dir: str | None)
         if uri:
             repo = fixture_hub.repo_id(uri, kind)
             fixture_hub.build(hub_dir, datasets=[repo] if kind == "dataset" else [], models=[repo] if kind == "model" else [])
-    env["PYTHONPATH"] = PROJECT_DIR  # the emulated initializer is this project's module
-    command = [sys.executable, "-m", "tools.fixture_hub", "initialize", "--kind", kind, "--hub", hub_dir, "--workspace", workspace]
+    env["PYTHONPATH"] = IMPORT_ROOT  # the emulated initializer is this project's module
+    command = [sys.executable, "-m", fixture_hub.__name__, "initialize", "--kind", kind, "--hub", hub_dir, "--workspace", workspace]
     pfp = rj["template"]["spec"].get("podFailurePolicy", {})
     _check_policies(rj["name"], pfp, None)
     return InitJob(name=rj["name"], replicas=int(rj.get("replicas", 1)), command=command, env=env, container=container["name"], pod_failure_policy=pfp)

@@ -1,5 +1,7 @@
 """trainctl's local mode: a job runs on this machine through the emulator (``tools/emulate.py``),
-from the same ConfigMap and TrainJob the cluster path creates, in the background.
+from the same ConfigMap and TrainJob the cluster path creates, in the background, with the Python
+environment trainctl runs under (its torch, for the torchrun launcher). The installed trainctl carries
+the emulator and the stack file it runs on (``trainctl._platform``, setup.py): no checkout is needed.
 
 State lives in one directory, ``$TRAINCTL_HOME`` (default ``$XDG_STATE_HOME/trainctl``, else
 the user's state directory ``.local/state/trainctl`` under ``$HOME``): ``jobs/<name>/`` holds ``objects.yaml`` (what was submitted),
@@ -33,11 +35,15 @@ from typing import Any
 
 import yaml
 
+import tools.emulator_objects as emulator_objects  # the emulator's model: where it and its stack files are
 from trainctl import objects, proctree, progress
 from trainctl.diagnose import DEPS_CAUSE, DEPS_LINE
 
 HOME_ENV = "TRAINCTL_HOME"
-PROJECT_DIR = pathlib.Path(__file__).resolve().parent.parent  # the emulator is the project's tools/emulate.py
+STACK = "dev"  # the stack whose runtimes a local job runs on (setup.py ships its file with the installed trainctl)
+# the emulator: tools.emulate in a checkout, trainctl._platform.tools.emulate installed (setup.py)
+EMULATOR = emulator_objects.__name__.rpartition(".")[0] + ".emulate"
+TORCH_HINT = "{python} -m pip install torch (the CPU build is smaller: add --index-url https://download.pytorch.org/whl/cpu)"
 NODE_LINE = re.compile(r"^\[attempt (\d+) node (\d+)(?: ranks? [\d-]+)?\] ")
 LOG = "output.log"
 LOG_MAX_BYTES = 64 * 1024 * 1024  # output.log's cap (tools/emulator_output.py rotates it once: at most twice this on disk)
@@ -117,20 +123,26 @@ def node_problems(nodes: int, procs_per_node: int = 1) -> list[str]:
     return []
 
 
-def setup_problem() -> str | None:
-    """What this installation lacks to run a job locally (one line), or None. The trainctl package
-    (pip install) carries no emulator and no torch: local mode runs from the platform's checkout."""
-    if not (PROJECT_DIR / "tools" / "emulate.py").is_file():
-        return ("local mode runs the platform's emulator, which the trainctl package does not install: clone the training-platform repository, "
-                "run `make venv` there and use its .venv/bin/trainctl (submitting to a cluster needs neither)")
-    if importlib.util.find_spec("torch") is None:
-        return f"local mode runs the job with torch, which {sys.executable} lacks: run `make venv` in the platform's checkout (it installs requirements.txt) and use its .venv/bin/trainctl"
+def needs_torch(trainjob: dict) -> bool:
+    """Whether the job runs its code with torchrun (the torch runtimes' launcher), which is torch's."""
+    trainer = trainjob.get("spec", {}).get("trainer", {})
+    return "torchrun" in [*trainer.get("command", []), *trainer.get("args", [])]
+
+
+def setup_problem(trainjob: dict | None = None) -> str | None:
+    """What this installation lacks to run the job locally (one line), or None: the emulator and its
+    stack file (the installed trainctl carries both), and torch in this Python environment for a
+    job that runs torchrun."""
+    if importlib.util.find_spec(EMULATOR) is None or not os.path.isfile(emulator_objects.stack_file_path(STACK)):
+        return f"this trainctl installation lacks its local emulator ({EMULATOR}) or stack file {emulator_objects.stack_file_path(STACK)}: reinstall trainctl"
+    if trainjob is not None and needs_torch(trainjob) and importlib.util.find_spec("torch") is None:
+        return f"this job runs its code with torchrun, which comes with torch; {sys.executable} has no torch: {TORCH_HINT.format(python=sys.executable)}"
     return None
 
 
-def submit(cm: dict, trainjob: dict, *, stack: str = "dev", timeout_s: float = 3600, grace_s: int | None = None) -> dict:
+def submit(cm: dict, trainjob: dict, *, stack: str = STACK, timeout_s: float = 3600, grace_s: int | None = None) -> dict:
     """Start the emulator on the objects in the background; refuse a name that exists."""
-    if missing := setup_problem():
+    if missing := setup_problem(trainjob):
         raise LocalError(missing)
     name = trainjob["metadata"]["name"]
     d = job_dir(name)
@@ -150,13 +162,15 @@ def submit(cm: dict, trainjob: dict, *, stack: str = "dev", timeout_s: float = 3
         (d / "work" / "volumes" / claim_name).symlink_to(claim, target_is_directory=True)
     (d / "objects.yaml").write_text(yaml.safe_dump_all([cm, trainjob], sort_keys=False))
     command = [
-        sys.executable, "-m", "tools.emulate", "--stack", stack, "--trainjob", str(d / "objects.yaml"), "--work-dir", str(d / "work"),
+        sys.executable, "-m", EMULATOR, "--stack", stack, "--trainjob", str(d / "objects.yaml"), "--work-dir", str(d / "work"),
         "--timeout", str(timeout_s), "--result-file", str(d / "result.json"), "--log-file", str(d / LOG), "--log-max-bytes", str(LOG_MAX_BYTES),
     ]
     token = uuid.uuid4().hex  # every process of the job inherits it (proctree.JOB_MARKER)
     env = {**os.environ, proctree.JOB_MARKER: token}
+    # the installed emulator (in trainctl's package) is found from anywhere: it runs in the job's directory; a checkout's from its root
+    cwd = d / "work" if EMULATOR.startswith(f"{__package__}.") else emulator_objects.IMPORT_ROOT
     with open(d / LOG, "ab") as log:  # what the emulator prints before it opens its log (a crash at start)
-        proc = subprocess.Popen(command, cwd=PROJECT_DIR, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     state = {
         "name": name, "pid": proc.pid, "started": _start_time(proc.pid), "submitted_at": time.time(), "nodes": trainjob["spec"]["trainer"].get("numNodes"), "command": command,
         "marker": token, "grace_seconds": grace_s if grace_s is not None else grace_seconds(trainjob, stack), **({"replaced": replaced} if replaced else {}),
@@ -184,7 +198,7 @@ def grace_seconds(trainjob: dict, stack: str) -> int:
     if own is not None:
         return int(own)
     try:
-        raw = load_stack_file(PROJECT_DIR / f"Pulumi.{stack}.yaml")
+        raw = load_stack_file(emulator_objects.stack_file_path(stack))
     except StackFileError:
         raw = {}
     trainer = (raw.get("config") or {}).get("training-platform:trainer") or {}
@@ -357,7 +371,7 @@ def delete(name: str) -> bool:
         raise LocalError(f"{d} holds {', '.join(foreign[:3])}, which trainctl did not write: left as it is")
     state = _state(d)
     grace = state.get("grace_seconds")
-    grace = float(grace) if isinstance(grace, int | float) and not isinstance(grace, bool) else float(grace_seconds({}, "dev"))
+    grace = float(grace) if isinstance(grace, int | float) and not isinstance(grace, bool) else float(grace_seconds({}, STACK))
 
     def find() -> list[proctree.Proc]:
         return _job_processes(state)
