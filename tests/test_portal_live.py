@@ -133,7 +133,8 @@ def _cluster_app(script: list, *, heartbeat_s: float = 15.0, poll_s: float = 0.0
     app = create_app(cfg, Settings(mode="local", local_caller=ME, heartbeat_s=heartbeat_s, poll_s=poll_s))
     seen: list[tuple[Caller, str, str]] = []
 
-    def status(caller, namespace, name):
+    def status(caller, namespace, name, *, light=False):
+        assert light  # a stream's reads are the light status (no namespace-wide event lists)
         seen.append((caller, namespace, name))
         found = script[min(len(seen) - 1, len(script) - 1)]
         if isinstance(found, Exception):
@@ -175,7 +176,7 @@ def test_a_refused_or_missing_job_is_refused_before_any_stream_as_the_api_server
     with TestClient(app) as c:
         r = c.get("/api/trainjob/j/state/stream")
         assert r.status_code == 403 and r.json()["problems"][0]["refused_as"] == "alice"
-        app.state.portal.status = lambda *a: (_ for _ in ()).throw(ClusterError("trainjob j not found in namespace vision"))
+        app.state.portal.status = lambda *a, **_: (_ for _ in ()).throw(ClusterError("trainjob j not found in namespace vision"))
         assert c.get("/api/trainjob/j/state/stream").status_code == 404
     assert seen == [(ME, "vision", "j")]
 
@@ -194,25 +195,35 @@ def test_a_client_that_leaves_stops_the_reads():
         assert not [t for t in threading.enumerate() if t.name == "state-j"]
 
 
-def test_the_jobs_stream_follows_the_rows_until_none_is_left_to_follow():
+def test_the_jobs_stream_follows_the_rows_and_goes_on_when_none_is_running_so_a_later_job_appears():
     cfg = client.Configuration()
     cfg.host = "https://127.0.0.1:9"
     app = create_app(cfg, Settings(mode="local", local_caller=ME, poll_s=0.05))
     rows = [[{"trainjob_name": "a", "status": "Queued", "queue": {"position": 0, "ahead": [], "estimated": False}, "progress": "-", "gpus": 2, "age_s": 1}],
             [{"trainjob_name": "a", "status": "Running", "progress": "1/9", "gpus": 2, "age_s": 2}],
-            [{"trainjob_name": "a", "status": "Failed", "progress": "-", "gpus": 2, "age_s": 3}]]
+            [{"trainjob_name": "a", "status": "Failed", "progress": "-", "gpus": 2, "age_s": 3}],
+            [{"trainjob_name": "a", "status": "Failed", "progress": "-", "gpus": 2, "age_s": 3}],
+            [{"trainjob_name": "b", "status": "Running", "progress": "-", "gpus": 1, "age_s": 0}, {"trainjob_name": "a", "status": "Failed", "progress": "-", "gpus": 2, "age_s": 4}]]
     calls: list[Caller] = []
 
     def listing(caller, namespace, *, with_progress=True):  # noqa: ARG001
         calls.append(caller)
-        return rows[min(len(calls) - 1, 2)]
+        return rows[min(len(calls) - 1, len(rows) - 1)]
 
     app.state.portal.list = listing
+    events: list[dict] = []
     with TestClient(app) as c, c.stream("GET", "/api/trainjobs/stream") as r:
-        events = _events(r.read().decode())
-    jobs = [d["items"][0] for k, d in events if k == "jobs"]  # type: ignore[index]
-    assert [(j["status"], j["queue"]) for j in jobs] == [("Queued", {"position": 1, "ahead": [], "estimated": False, "source": None}), ("Running", None), ("Failed", None)]
-    assert events[-1][0] == "end" and all(c_ is ME for c_ in calls)
+        block: list[str] = []
+        for line in r.iter_lines():
+            block.append(line)
+            if line.startswith("data: "):
+                events.append({"kind": block[-2][len("event: "):], "data": json.loads(line[len("data: "):])})
+                if len(events[-1]["data"].get("items", [])) == 2:
+                    break
+    jobs = [e["data"]["items"] for e in events]
+    assert [e["kind"] for e in events] == ["jobs"] * 4  # no end once job a has failed: the list goes on following
+    assert [(j[0]["status"], j[0]["queue"]) for j in jobs[:3]] == [("Queued", {"position": 1, "ahead": [], "estimated": False, "source": None}), ("Running", None), ("Failed", None)]
+    assert [j["trainjob_name"] for j in jobs[-1]] == ["b", "a"] and all(c_ is ME for c_ in calls)
 
 
 def test_the_snapshot_names_the_queue_position_from_one():

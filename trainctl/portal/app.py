@@ -37,7 +37,7 @@ class Settings:
     allowed_hosts: tuple[str, ...] = ()  # local: the Host headers accepted (DNS rebinding)
     bearer_tokens: bool = False  # alb: pass a Kubernetes bearer token on /api/* to the API server (portal.apiBearerTokens)
     heartbeat_s: float = 15.0
-    poll_s: float = 2.0  # how often a state stream reads the job (or the list) again
+    poll_s: float = 5.0  # how often a state stream reads the job (or the list) again (each read: a few API calls)
 
 
 _UNION_TAGS = {"int": "a whole number", "str": "a string", "float": "a number", "bool": "true or false", "none": "null", "list": "a list", "dict": "an object"}

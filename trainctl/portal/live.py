@@ -4,8 +4,9 @@
 ``job_stream``: ``event: state`` with what the job page shows (state, message, workers, restarts,
 progress, queue position, the actions that apply) each time it changes, then one ``event: end``
 when the job has finished (``reason: finished``), is gone (``gone``) or cannot be read (``error``).
-``list_stream``: ``event: jobs`` with the namespace's rows each time they change, and the end when
-no job is left to follow. Every read is the backend's own (``Portal.status`` as the caller, the API
+``list_stream``: ``event: jobs`` with the namespace's rows each time they change, never ending for
+want of a running job (a job submitted later must appear): it reads ``SLOW`` times less often while
+every job has finished. Every read is the backend's own (``Portal.status`` as the caller, the API
 server judging; ``LocalPortal.status`` on this machine): this module only polls and compares."""
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from trainctl.portal.logs import relay
 
 FINISHED = ("Complete", "Failed")
 JOB_KEYS = ("trainjob_name", "status", "message", "nodes", "gpus", "restarts", "progress_text", "started_at", "completed_at", "last_failure", "queue_text")
+SLOW = 3  # a list with nothing left running is read every SLOW * poll_s
 WORKER_KEYS = ("worker", "pod", "phase", "waiting", "restarts")
 ROW_KEYS = ("trainjob_name", "status", "nodes", "gpus", "created_at", "progress")
 
@@ -52,9 +54,10 @@ def _gone(err: Exception, gone: tuple[type[Exception], ...]) -> bool:
 
 
 def _follow(read: Callable[[], Any], first: Any, shape: Callable[[Any], Any], done: Callable[[Any], dict[str, Any] | None], *, kind: str, poll_s: float,
-            gone: tuple[type[Exception], ...]) -> Callable[[Callable[[str, Any], None], threading.Event], None]:
-    """A reader for :func:`relay`: ``shape(read())`` every ``poll_s``, put as ``kind`` when it
-    changed, until ``done`` names an end or the client leaves (``stop``)."""
+            gone: tuple[type[Exception], ...], slow: Callable[[Any], bool] = lambda _: False) -> Callable[[Callable[[str, Any], None], threading.Event], None]:
+    """A reader for :func:`relay`: ``shape(read())`` every ``poll_s`` (``SLOW`` times that while
+    ``slow`` says so), put as ``kind`` when it changed, until ``done`` names an end or the client
+    leaves (``stop``)."""
 
     def reader(put: Callable[[str, Any], None], stop: threading.Event) -> None:
         current, last = first, None
@@ -67,7 +70,7 @@ def _follow(read: Callable[[], Any], first: Any, shape: Callable[[Any], Any], do
             if end is not None:
                 put("end", end)
                 return
-            if stop.wait(poll_s):
+            if stop.wait(poll_s * SLOW if slow(shaped) else poll_s):
                 return
             try:
                 current = read()
@@ -96,12 +99,13 @@ def job_stream(read: Callable[[], dict[str, Any]], first: dict[str, Any], *, nam
 
 
 def list_stream(read: Callable[[], list[dict[str, Any]]], first: list[dict[str, Any]], *, namespace: str, heartbeat_s: float, poll_s: float) -> AsyncIterator[str]:
-    """The namespace's jobs as server-sent events, until none of them is left to follow."""
+    """The namespace's jobs as server-sent events, until the client leaves (or a read fails: the
+    end says so, and the page opens the stream again); slower while none of them is running."""
 
     def shape(jobs: list[dict[str, Any]]) -> dict[str, Any]:
         return {"namespace": namespace, "items": [row(j) for j in jobs]}
 
-    def done(rows: dict[str, Any]) -> dict[str, Any] | None:
-        return None if any(not r["finished"] for r in rows["items"]) else {"reason": "finished", "message": "no job left to follow", "status": None}
+    def idle(rows: dict[str, Any]) -> bool:
+        return all(r["finished"] for r in rows["items"])
 
-    return relay(_follow(read, first, shape, done, kind="jobs", poll_s=poll_s, gone=()), name=f"list-{namespace}", heartbeat_s=heartbeat_s)
+    return relay(_follow(read, first, shape, lambda _: None, kind="jobs", poll_s=poll_s, gone=(), slow=idle), name=f"list-{namespace}", heartbeat_s=heartbeat_s)

@@ -118,7 +118,7 @@ class LocalPortal:
             raise Problems([{"field": "name", "problem": str(err)}]) from None
         return {"trainjob": name, "deleted": True, "stopped": stopped, "configmap": None, "configmapDeleted": True}
 
-    def status(self, caller: Caller, namespace: str, name: str) -> dict[str, Any]:  # noqa: ARG002
+    def status(self, caller: Caller, namespace: str, name: str, *, light: bool = False) -> dict[str, Any]:  # noqa: ARG002  (light: a local status is light)
         d = self._dir(namespace, name)
         r = local.report(name)
         tj = self._trainjob(d)

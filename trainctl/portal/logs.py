@@ -10,7 +10,6 @@ import asyncio
 import json
 import socket
 import threading
-import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
@@ -48,7 +47,10 @@ def _ended(pod: dict) -> bool:
     return bool(statuses) and all((cs.get("state") or {}).get("terminated") for cs in statuses)
 
 
-def stream(portal: Pods, caller: Caller, namespace: str, name: str, worker: int, *, heartbeat_s: float, poll_s: float = 1.0) -> AsyncIterator[str]:
+WAIT_POLL_S = 2.5  # how often a worker with no started pod is looked for again (two API reads each)
+
+
+def stream(portal: Pods, caller: Caller, namespace: str, name: str, worker: int, *, heartbeat_s: float, poll_s: float = WAIT_POLL_S) -> AsyncIterator[str]:
     """Worker N's pod log, followed until its container ends."""
     holder: dict[str, Any] = {}
 
@@ -62,7 +64,8 @@ def stream(portal: Pods, caller: Caller, namespace: str, name: str, worker: int,
                         put("end", {"reason": "gone", "message": GONE, "status": state})
                         return
                     put("wait", {"status": state})
-                    time.sleep(poll_s)
+                    if stop.wait(poll_s):
+                        return
                     continue
                 put("pod", {"pod": pod["metadata"]["name"]})
                 # a container that has ended is read once (a follow of it may never end: kwok's does not)

@@ -9,6 +9,7 @@ import hashlib
 import pathlib
 import tempfile
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -25,6 +26,7 @@ from trainctl.portal.upload import Part, UploadError, unpack
 
 WEEK = timedelta(days=7)
 SERIES_LINES = 20000  # the lines of worker 0's log the chart reads (its newest)
+SERIES_KEEP_S = 3.0  # a series read is reused this long (the page's /progress, then its chart.svg)
 
 
 def _when(ts: str | None) -> datetime | None:
@@ -46,10 +48,15 @@ class Portal:
         self._clients: OrderedDict[tuple, KubeApi] = OrderedDict()
         self._lock = threading.Lock()
         self._cache_size = cache_size
+        self._series: dict[tuple, tuple[float, dict[str, Any]]] = {}
+
+    def _identity(self, caller: Caller, namespace: str) -> tuple:
+        headers = caller.headers or self.base_headers
+        return (namespace, tuple(sorted((k, tuple(v)) for k, v in headers.items())), hashlib.sha256(caller.token.encode()).hexdigest() if caller.token else None)
 
     def kube(self, caller: Caller, namespace: str) -> KubeApi:
         headers = caller.headers or self.base_headers
-        key = (namespace, tuple(sorted((k, tuple(v)) for k, v in headers.items())), hashlib.sha256(caller.token.encode()).hexdigest() if caller.token else None)
+        key = self._identity(caller, namespace)
         with self._lock:
             found = self._clients.get(key)
             if found is not None:
@@ -92,12 +99,18 @@ class Portal:
     def delete(self, caller: Caller, namespace: str, name: str) -> dict[str, Any]:
         return jobstate.delete(self.kube(caller, namespace), name, direct=True)
 
-    def status(self, caller: Caller, namespace: str, name: str) -> dict[str, Any]:
+    def status(self, caller: Caller, namespace: str, name: str, *, light: bool = False) -> dict[str, Any]:
+        """The job as its page shows it. ``light`` (the state stream's reads, every ``poll_s``): the
+        TrainJob's own events only, not the namespace's Pod and Workload events (two lists of the
+        whole namespace; the Workload's conditions, read all the same, say what Kueue says)."""
         kube = self.kube(caller, namespace)
         tj = kube.get_trainjob(name)
         refused: list[str] = []  # reads the caller may not make: named, never taken for "none" (as trainctl status)
         pods = jobstate.readable(refused, kube.pods, name, default=[])
-        own, of_pods, of_workloads = jobstate.job_events(kube, name, refused=refused)
+        if light:
+            own, of_workloads = jobstate.readable(refused, kube.events, "TrainJob", name, default=[]), []
+        else:
+            own, _of_pods, of_workloads = jobstate.job_events(kube, name, refused=refused)
         started, finished = jobstate.times(tj, pods)
         state = jobstate.phase(tj)
         failure = jobstate.last_failure(tj, pods, own)
@@ -237,11 +250,11 @@ class Portal:
 
     def state_stream(self, caller: Caller, namespace: str, name: str, *, heartbeat_s: float, poll_s: float):
         """The job's state as server-sent events (trainctl/portal/live.py), every read a
-        :meth:`status` as the caller; the first before the stream starts (a refusal is its HTTP status)."""
+        :meth:`status` (``light``) as the caller; the first before the stream starts (a refusal is its HTTP status)."""
         from trainctl.portal import live
 
-        first = self.status(caller, namespace, name)
-        return live.job_stream(lambda: self.status(caller, namespace, name), first, name=name, heartbeat_s=heartbeat_s, poll_s=poll_s)
+        first = self.status(caller, namespace, name, light=True)
+        return live.job_stream(lambda: self.status(caller, namespace, name, light=True), first, name=name, heartbeat_s=heartbeat_s, poll_s=poll_s)
 
     def jobs_stream(self, caller: Caller, namespace: str, *, heartbeat_s: float, poll_s: float):
         """The namespace's jobs as server-sent events, every read a :meth:`list` as the caller."""
@@ -251,10 +264,22 @@ class Portal:
         return live.list_stream(lambda: self.list(caller, namespace), first, namespace=namespace, heartbeat_s=heartbeat_s, poll_s=poll_s)
 
     def progress_series(self, caller: Caller, namespace: str, name: str) -> dict[str, Any]:
-        """Every step event of worker 0's log (its last ``SERIES_LINES`` lines; trainctl/progress.py ``series``)."""
+        """Every step event of worker 0's log (its last ``SERIES_LINES`` lines; trainctl/progress.py
+        ``series``). One read serves the page's /progress and the chart.svg that follows it: the
+        series is kept ``SERIES_KEEP_S`` for the same identity and job."""
         kube, _tj, pod = self.worker_pod(caller, namespace, name, 0)
+        key = (self._identity(caller, namespace), name, pod["metadata"].get("uid") if pod is not None else None)
+        now = time.monotonic()
+        with self._lock:
+            kept = self._series.get(key)
+            if kept is not None and now - kept[0] < SERIES_KEEP_S:
+                return kept[1]
         lines = kube.log_tail(pod["metadata"]["name"], lines=SERIES_LINES) if pod is not None else []
-        return {"trainjob_name": name, "namespace": namespace, "source": "the log of worker 0", "points": progress.series(lines)}
+        found = {"trainjob_name": name, "namespace": namespace, "source": "the log of worker 0", "points": progress.series(lines)}
+        with self._lock:
+            self._series = {k: v for k, v in self._series.items() if now - v[0] < SERIES_KEEP_S}
+            self._series[key] = (now, found)
+        return found
 
     def worker_pod(self, caller: Caller, namespace: str, name: str, worker: int) -> tuple[KubeApi, dict, dict | None]:
         """(client, TrainJob, the pod of worker N or None). Raises Problems for a worker out of range."""
