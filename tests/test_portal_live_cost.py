@@ -11,6 +11,8 @@ import threading
 from fastapi.testclient import TestClient
 from kubernetes import client
 
+from tests.conftest import PROJECT
+from trainctl import progress
 from trainctl.portal import live, logs
 from trainctl.portal.app import Settings, create_app
 from trainctl.portal.identity import Caller
@@ -136,3 +138,9 @@ def test_a_chart_refresh_reads_the_log_once():
         assert c.get("/api/trainjob/j/chart.svg").status_code == 200
     assert found["points"] == [{"step": 1, "loss": -0.5}]
     assert [c_ for c_ in kube.calls if c_[0] == "log_tail"] == [("log_tail", "j-node-0-0-a", 20000)]
+
+
+def test_a_negative_loss_is_charted_a_negative_rate_left_out():
+    points = progress.series(['TRAINING_EVENT {"event": "step", "step": 3, "loss": -1.25, "samples_per_s": -4, "step_time_s": 0.5}'])
+    assert points == [{"step": 3, "loss": -1.25, "step_time_s": 0.5}]
+    assert "negative `loss` is charted" in (PROJECT / "docs" / "progress-events.md").read_text()

@@ -14,6 +14,7 @@ EVENT = "TRAINING_EVENT "
 METRIC_KEY = "training_metric"  # the platform's programs' metric lines (workloads/programs/trainlib.py metric_line)
 LOCAL_PREFIX = re.compile(r"^\[attempt \d+ node \d+[^\]]*\] ")  # the emulator's prefix of a local job's lines (trainctl/local.py NODE_LINE)
 SERIES_FIELDS = ("loss", "samples_per_s", "tokens_per_s", "step_time_s", "time")
+SIGNED = ("loss",)  # may be below zero (a loss can be); a negative rate, step time or time is left out
 MAX_POINTS = 5000  # the newest steps a chart keeps
 EXAMPLE = """import json
 for step in range(1, 101):  # your training loop, on rank 0
@@ -108,7 +109,7 @@ def _number(v: object) -> float | None:
 def series(lines: Iterable[str]) -> list[dict]:
     """Every step a log reports, oldest first: ``{"step", "loss", "samples_per_s" or
     "tokens_per_s", "step_time_s"}`` (what the step's events carry; a restarted job's later report
-    of a step replaces the earlier). Step time where no event gives it: from the events' ``time``
+    of a step replaces the earlier; a negative loss is kept, a negative rate or time left out). Step time where no event gives it: from the events' ``time``
     (seconds since the epoch) between two reported steps. At most the newest ``MAX_POINTS``."""
     by_step: dict[int, dict] = {}
     reported: set[int] = set()  # steps a TRAINING_EVENT gave (a metric line adds to its step's point)
@@ -124,7 +125,7 @@ def series(lines: Iterable[str]) -> list[dict]:
         point = by_step.setdefault(step, {"step": step})
         for key in SERIES_FIELDS:
             value = _number(ev.get(key))
-            if value is not None and value >= 0:
+            if value is not None and (key in SIGNED or value >= 0):
                 point[key] = value
     points = sorted(by_step.values(), key=lambda p: p["step"])[-MAX_POINTS:]
     for prev, p in zip(points, points[1:], strict=False):
