@@ -188,3 +188,41 @@ def test_nothing_the_portal_serves_names_or_loads_another_origin(served, browser
     ctx.close()
     assert [u for u in requests if not u.startswith(base + "/") and not u.startswith("data:")] == []
     assert any(u.startswith(base + "/api/openapi") or u.endswith("openapi.json") for u in requests), requests
+
+
+def test_a_broken_stream_says_so_and_recovers_the_log_once_capped_and_the_focus_kept(served, browser):  # noqa: F811
+    base = served
+    _submit(base, "retry-job", ARGS.replace("steps = int(sys.argv[sys.argv.index('--steps') + 1])", "steps = 16"), nodes=1)
+    _submit(base, "cap-job", "for i in range(6000):\n    print('line', i, flush=True)\nimport time\ntime.sleep(30)\n", nodes=1)
+    ctx = browser.new_context()
+    page = ctx.new_page()
+    calls = {"state": 0, "log": 0}
+
+    def state(route):  # the first state stream refused (an expired session, a restarting portal), the next ones served
+        calls["state"] += 1
+        route.fulfill(status=502, body="") if calls["state"] == 1 else route.continue_()
+
+    def log(route):  # the first log stream sends a line and drops: the page reads the log again, once
+        calls["log"] += 1
+        route.fulfill(status=200, headers={"Content-Type": "text/event-stream"}, body="event: line\ndata: a line from the dropped stream\n\n") if calls["log"] == 1 else route.continue_()
+
+    page.route("**/state/stream*", state)
+    page.route("**/logs/stream*", log)
+    page.goto(base + "/jobs/retry-job")
+    _until("updates paused", lambda: "updates paused" in (page.text_content("#live-status") or ""), timeout=10)
+    first = page.text_content("#progress")
+    _until("live again", lambda: page.text_content("#progress") not in (first, "-") and not page.text_content("#live-status"), timeout=30)
+    _until("the log read again", lambda: "args" in (page.text_content("#log") or ""), timeout=30)
+    text = page.text_content("#log") or ""
+    assert "dropped stream" not in text and text.count("] args") == 1, text
+    # a state update leaves the keyboard focus where it was (the workers' cells are updated in place)
+    page.focus("#workers .log-button")
+    now = page.text_content("#progress")
+    _until("another update", lambda: page.text_content("#progress") != now, timeout=30)
+    assert page.evaluate("document.activeElement.className") == "log-button"
+    # a long log keeps its newest 5000 lines, and says so
+    page.goto(base + "/jobs/cap-job")
+    _until("the last line", lambda: "line 5999" in (page.text_content("#log") or ""), timeout=60)
+    lines = (page.text_content("#log") or "").splitlines()
+    assert len(lines) == 5000 and lines[0].endswith("line 1000") and page.is_visible("#log-note")
+    ctx.close()

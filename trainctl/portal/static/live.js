@@ -68,7 +68,7 @@
   if (page) {
     var job = page.dataset.job, namespace = page.dataset.namespace, base = "/api/trainjob/" + encodeURIComponent(job);
     var pre = byId("log"), logStream = null, logLines = 0, stateStream = null, lastState = byId("state").textContent, lastProgress = byId("progress").textContent;
-    var chartBusy = false, chartAgain = false, closeTimer = null;
+    var chartBusy = false, chartAgain = false, closeTimer = null, scrollSoon = false;
 
     var clearLog = function () { pre.textContent = ""; logLines = 0; byId("log-note").hidden = true; };
     var addLine = function (text) {
@@ -79,7 +79,10 @@
         logLines -= 1;
         byId("log-note").hidden = false;
       }
-      pre.scrollTop = pre.scrollHeight;
+      if (!scrollSoon) {  // once a frame: a layout per line would stall the page on a fast log
+        scrollSoon = true;
+        window.requestAnimationFrame(function () { scrollSoon = false; pre.scrollTop = pre.scrollHeight; });
+      }
     };
     var follow = function (worker) {
       if (logStream) logStream.stop();
