@@ -90,7 +90,10 @@ def test_submit_watch_clone_with_a_changed_argument_and_cancel_the_clone_without
     assert page.text_content("#state") == "Running" and httpx.get(base + "/api/trainjob/flow-clone/status", timeout=30).status_code == 200
     page.once("dialog", lambda d: d.accept())
     page.click("#cancel")
-    _until("Deleted on the page", lambda: page.text_content("#state") == "Deleted", timeout=60)
+    try:
+        _until("Deleted on the page", lambda: page.text_content("#state") == "Deleted", timeout=60)
+    except AssertionError as err:
+        raise AssertionError(f"{err}: {page.text_content('#state')!r}, {page.text_content('#cancel-status')!r}, {page.text_content('#live-status')!r}, {csp}") from None
     assert page.locator("#cancel").count() == 0 and "cancelled" in (page.text_content("#announce") or "") + (page.text_content("#message") or "") or "gone" in (page.text_content("#announce") or "")
     assert httpx.get(base + "/api/trainjob/flow-clone/status", timeout=30).status_code == 404
     page.screenshot(path=str(SHOTS / "flow-cancelled.png"), full_page=True)

@@ -31,6 +31,11 @@
     var retry = function (why) {
       if (source) { source.close(); source = null; }
       if (stopped || timer) return;
+      if (handlers.gone) {  // a stream refused at its start (HTTP 404: the job was deleted meanwhile) is not retried
+        fetch(handlers.gone, { credentials: "same-origin" }).then(function (r) {
+          if (r.status === 404 && !stopped) { stop(); handlers.end({ reason: "gone", message: "the job is gone (deleted)", status: null }); }
+        }).catch(function () { return null; });
+      }
       paused("updates paused (" + why + "), retrying in " + Math.round(delay / 1000) + " s");
       timer = setTimeout(function () { timer = null; open(); }, delay);
       delay = Math.min(delay * 2, 60000);
@@ -39,7 +44,7 @@
       source = new EventSource(url);
       source.addEventListener("open", function () { if (handlers.open) handlers.open(); });
       Object.keys(handlers).forEach(function (kind) {
-        if (kind === "open" || kind === "end") return;
+        if (kind === "open" || kind === "end" || kind === "gone") return;
         source.addEventListener(kind, function (e) { delay = 2000; paused(""); handlers[kind](kind === "line" ? e.data : JSON.parse(e.data)); });
       });
       source.addEventListener("end", function (e) {
@@ -154,6 +159,7 @@
     };
 
     stateStream = resilient(base + "/state/stream?" + query({ namespace: namespace }), {
+      gone: base + "/status?" + query({ namespace: namespace }),
       state: function (s) {
         var el = byId("state");
         el.textContent = s.status;
