@@ -39,7 +39,7 @@ TRAIN_PY = "\n# a blank first line (a textarea drops one leading line end unless
 
 class FormReader(html.parser.HTMLParser):
     """What a browser sends for a page's form: enabled named inputs (checked radios and checkboxes),
-    textareas without the line end HTML drops after the tag, line ends as CRLF (HTML's submission)."""
+    selects (the selected option, else the first), textareas without the line end HTML drops after the tag, line ends as CRLF (HTML's submission)."""
 
     def __init__(self):
         super().__init__(convert_charrefs=True)
@@ -58,12 +58,21 @@ class FormReader(html.parser.HTMLParser):
             self.fields.append((a["name"] or "", a.get("value") or ""))
         if tag == "textarea":
             self.textarea, self.text = a.get("name"), ""
+        if tag == "select" and a.get("name") and "disabled" not in a:
+            self.select: list[str | None] = [a["name"], None, None]  # name, first option, selected option
+        if tag == "option" and getattr(self, "select", None):
+            self.select[1] = self.select[1] if self.select[1] is not None else a.get("value") or ""
+            self.select[2] = (a.get("value") or "") if "selected" in a else self.select[2]
 
     def handle_data(self, data):
         if self.textarea is not None:
             self.text += data
 
     def handle_endtag(self, tag):
+        if tag == "select" and getattr(self, "select", None):
+            name, first, chosen = self.select
+            self.fields.append((name or "", chosen if chosen is not None else first or ""))
+            self.select = []
         if tag == "textarea" and self.textarea is not None:
             text = self.text[1:] if self.text.startswith("\n") else self.text
             self.fields.append((self.textarea, text.replace("\r\n", "\n").replace("\n", "\r\n")))
@@ -109,9 +118,13 @@ def _built(spec, parts, *, local_run: bool):
 
 
 class FakeKube:
-    def __init__(self, objs: tuple[dict, dict]):
+    def __init__(self, objs: tuple[dict, dict], facts: dict | None = None):
         self.cm, self.tj = objs
         self.core = self
+        self.facts = facts
+
+    def platform_facts(self):
+        return self.facts
 
     def list_trainjobs(self):
         return [self.tj]

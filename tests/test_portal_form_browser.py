@@ -207,6 +207,33 @@ def test_problems_are_tied_to_their_fields_and_the_summary_links_focus_them(serv
     ctx.close()
 
 
+def test_a_refused_post_keeps_every_value_the_user_typed_in_fields_a_choice_left_unused(served, browser):
+    base = served
+    ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = ctx.new_page()
+    page.goto(base + "/submit")
+    typed = {"#training_code": "print('mine')", "#requirements": "numpy==2.3.4", "#gpu_per_node": "3", "#cpu_per_node": "7", "#memory_per_node": "40", "#instance_type": "g5.12xlarge",
+             "#image": "registry.example/me:1", "#grace_seconds": "300", "#deps_timeout": "900"}
+    page.check("#preset-custom")
+    page.check("#image_choice-custom")
+    page.click("#advanced summary")
+    for sel, value in typed.items():
+        page.fill(sel, value)
+    page.check("#preset-large")  # the custom fields, the image and the pasted code go unused, unsent by the server's choice, not lost
+    page.check("#image_choice-builtin")
+    page.check("#code_source-upload")
+    page.click("#submit")  # refused: "Upload" with no files
+    page.wait_for_selector("#problems-summary")
+    assert page.is_checked("#code_source-upload") and page.is_checked("#preset-large") and page.is_checked("#image_choice-builtin")
+    for sel, value in typed.items():
+        assert page.input_value(sel) == value, sel
+    assert page.locator("#custom-resources").is_hidden() and page.locator("#paste-section").is_hidden()  # unused fields hidden, not disabled
+    page.check("#code_source-paste")
+    page.check("#preset-custom")
+    assert page.locator("#training_code").is_visible() and page.locator("#gpu_per_node").is_visible()
+    ctx.close()
+
+
 def test_the_api_docs_render_from_the_portals_own_files_under_its_csp(served, browser):
     base = served
     ctx = browser.new_context(viewport={"width": 1280, "height": 900})

@@ -36,7 +36,8 @@ class JobConfig(BaseModel):
 
 class CreateRequest(BaseModel):
     """The seed guide's request (``user_id``, ``namespace``, ``framework``, ``training_code``,
-    ``config``), plus an optional name, image and command."""
+    ``config``), plus an optional name, image, command and trainctl submit's options (variables,
+    Secret references, TTL, priority, grace period, requirements install time limit)."""
 
     model_config = ConfigDict(extra="forbid")
     user_id: str | None = Field(None, description="the caller (must be the signed-in user when given)")
@@ -50,6 +51,9 @@ class CreateRequest(BaseModel):
     env: dict[str, str] | None = Field(None, description="variables of the training container, NAME: value (not the platform's own, no credentials: docs/env-and-secrets.md)")
     secret_env: dict[str, str] | None = Field(None, description="variables from a Secret of the namespace, NAME: SECRET/KEY (a secretKeyRef)")
     ttl_seconds_after_finished: StrictInt | None = Field(None, description="delete the job this many seconds after it finishes (default: the platform's trainjobs.finishedJobRetention; at most its finishedJobRetentionMax); checkpoints stay")
+    priority: StrictStr | None = Field(None, description="Kueue priority: low, normal or high (default: the team's); low jobs are preempted first")
+    grace_seconds: StrictInt | None = Field(None, description="seconds from SIGTERM to SIGKILL, one the platform offers (each a runtime variant; default: the runtime's)")
+    deps_timeout: StrictInt | None = Field(None, description="seconds each node may take to install the code's requirements.txt (default 600)")
 
 
 class CreateResponse(BaseModel):
@@ -120,13 +124,16 @@ def create(request: Request, body: CreateRequest) -> dict[str, Any]:
     problems = []
     if body.user_id is not None and caller.via == "alb" and body.user_id != caller.name:
         problems.append({"field": "user_id", "problem": "not the signed-in user (leave it out: the portal knows who you are)"})
-    if len(body.training_code) > MAX_CODE_CHARS:
+    if not body.training_code.strip():
+        problems.append({"field": "training_code", "problem": "required: the training program (train.py)"})
+    elif len(body.training_code) > MAX_CODE_CHARS:
         problems.append({"field": "training_code", "problem": f"{len(body.training_code)} characters: allowed: at most {MAX_CODE_CHARS} (a ConfigMap holds 1 MiB)"})
     problems += _namespace_problems(caller, body.namespace)
     name = body.name or (guide_name(body.user_id, body.config.num_nodes, datetime.now(UTC)) if body.user_id else None)  # the guide's <user_id>-job-<timestamp>
     spec = JobSpec(namespace=body.namespace, framework=body.framework, num_nodes=body.config.num_nodes, gpu_per_node=body.config.gpu_per_node, cpu_per_node=body.config.cpu_per_node,
                    memory_per_node=body.config.memory_per_node, command=body.command or "python train.py", name=name, image=body.image,
                    env=tuple((body.env or {}).items()), secret_env=tuple((body.secret_env or {}).items()), ttl_seconds=body.ttl_seconds_after_finished,
+                   priority=body.priority, grace_seconds=body.grace_seconds, deps_timeout=body.deps_timeout,
                    replace_finished=body.name is not None or body.user_id is None)
     problems += input_problems(spec, local=bool(getattr(request.app.state.portal, "local", False)))
     if problems:

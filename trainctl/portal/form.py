@@ -2,7 +2,8 @@
 a job's form for Clone & edit, a posted form as a submission, and its problems tied to its fields.
 
 Clone & edit carries everything of the job: its framework (the runtime), nodes, GPUs, CPUs and
-memory per node with the instance type, image, command and arguments (the inverse of trainctl's
+memory per node with the instance type, image, its Kueue priority, TTL, requirements install time
+limit and grace period (:func:`options_of`), command and arguments (the inverse of trainctl's
 entry: :func:`trainctl.objects.command_of`), every file of its code (:func:`trainctl.objects.code_files`:
 ``train.py`` and ``requirements.txt`` in their boxes, every other file carried in the form as it
 is), its variables and Secret references. A Secret's value is never read (a team cannot read its
@@ -23,18 +24,21 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from config import job_env
-from config.settings import TF_RUNTIME
+from config.settings import TF_RUNTIME, TORCH_RUNTIME
+from k8s.builders.kueue import PRIORITY_LABEL
+from k8s.builders.tenants import TTL_ANNOTATION
 from trainctl import objects
 from trainctl.code import requirements_problems
-from trainctl.portal.submission import FRAMEWORKS, MPI_REASON, JobSpec, Problems, _from_trainctl, request_of
+from trainctl.portal.submission import FRAMEWORKS, MPI_REASON, JobSpec, Problems, _from_trainctl, pick_instance_type, pool_types, request_of
 from trainctl.portal.upload import Part
-from workloads.builders.trainjobs import REQUIREMENTS_FILE, RESUME_FROM_ENV
+from workloads.builders.trainjobs import DEFAULT_DEPS_TIMEOUT_S, REQUIREMENTS_FILE, RESUME_FROM_ENV
 
 TRAIN_PY = "train.py"
 # the mockup's size presets: GPUs, CPUs and GB of memory per worker
@@ -53,7 +57,10 @@ CONTROLS: dict[str, tuple[str, str]] = {
     "config.instance_type": ("instance_type", "Instance type"), "image": ("image", "Custom image"), "name": ("name", "Job name"), "command": ("command", "Command"),
     "request": ("command", "Command"), "training_code": ("training_code", "train.py"), "requirements": ("requirements", "requirements.txt"), "files": ("files", "Files"),
     "carried": ("keep_carried", "Carried files"), "env": ("env", "Environment variables"), "secret_env": ("secret_env", "Secret references"),
+    "priority": ("priority", "Priority"), "ttl_seconds_after_finished": ("ttl", "Delete after it finishes"), "config.grace_seconds": ("grace_seconds", "Grace period"),
+    "deps_timeout": ("deps_timeout", "Requirements install time limit"),
 }
+DEPS_TIMEOUT_ENV = "TRAINING_DEPS_TIMEOUT_S"  # the launcher's (workloads/builders/trainjobs.py Dependencies)
 
 
 @dataclass(frozen=True)
@@ -70,10 +77,43 @@ def framework_choices() -> list[Choice]:
     return [*offered, Choice("mpi", "MPI (Horovod, mpirun)", MPI_REASON)]
 
 
+def preset_choices(facts: dict | None, *, local: bool) -> list[Choice]:
+    """The size presets, each disabled with the reason when no GPU pool of the cluster (its
+    published facts: :func:`~trainctl.portal.submission.pool_types`) gives a worker its GPUs, CPUs
+    and memory; on this machine (``local``) or without facts, every one is offered."""
+    out = []
+    for key, p in PRESETS.items():
+        reason = None
+        if "gpus" in p and not local and facts and facts.get("pools"):
+            types = pool_types(facts)
+            if pick_instance_type(p["gpus"], p["cpus"], p["memory"], types) is None:
+                reason = (f"no GPU pool of this cluster gives a worker {p['gpus']} GPU{'s' if p['gpus'] != 1 else ''}, {p['cpus']} CPUs and {p['memory']} GiB "
+                          f"(its types: {', '.join(types) or 'none'})")
+        out.append(Choice(key, p["title"] + (f" ({p['gpus']} GPU, {p['cpus']} CPU, {p['memory']} GB)" if "gpus" in p else ""), reason))
+    return out
+
+
+def priority_choices(facts: dict | None, *, local: bool) -> list[str] | None:
+    """The Kueue priorities the form offers (trainctl's ``--priority``): the platform's when its
+    facts say Kueue is on, trainctl's own without facts; None where no queue orders jobs (on this
+    machine, or Kueue off): a clone's priority is then carried in a hidden field."""
+    if local or (facts is not None and not facts.get("kueue")):
+        return None
+    return [p for p in (facts or {}).get("priorities") or objects.PRIORITIES if p in objects.PRIORITIES]
+
+
+def with_offered(form: dict[str, Any], presets: list[Choice]) -> dict[str, Any]:
+    """A new job's form on the first preset the cluster runs (Custom when it runs none)."""
+    if any(c.value == form.get("preset") and c.reason for c in presets):
+        return {**form, "preset": next((c.value for c in presets if not c.reason), "custom")}
+    return form
+
+
 def blank() -> dict[str, Any]:
     """A new job's form."""
     return {"framework": "pytorch", "num_nodes": 1, "preset": "small", "gpu_per_node": "", "cpu_per_node": "", "memory_per_node": "", "instance_type": "", "image": "", "name": "",
-            "command": "python train.py", "code_source": "paste", "training_code": EXAMPLE, "requirements": "", "carried": "", "keep_carried": "1", "env": "", "secret_env": "", "notes": []}
+            "command": "python train.py", "code_source": "paste", "training_code": EXAMPLE, "requirements": "", "carried": "", "keep_carried": "1", "env": "", "secret_env": "", "notes": [],
+            "image_choice": "builtin", "priority": "", "ttl": "", "grace_seconds": "", "deps_timeout": ""}
 
 
 def _whole(quantity: Any) -> int | str:
@@ -144,6 +184,21 @@ def _user_env(entries: list[dict], notes: list[str]) -> tuple[str, str]:
     return "\n".join(plain), "\n".join(refs)
 
 
+def options_of(tj: dict[str, Any]) -> dict[str, str]:
+    """The job's options trainctl's flags set (the inverse of objects.build's): its Kueue priority
+    (the label), TTL (the annotation), requirements install time limit (the launcher's variable;
+    empty: the default) and grace period (its runtime variant's name, ``<runtime>-grace<N>-<hash>``;
+    empty: the runtime's own)."""
+    meta = tj.get("metadata") or {}
+    trainer = (tj.get("spec") or {}).get("trainer") or {}
+    runtime = str(((tj.get("spec") or {}).get("runtimeRef") or {}).get("name", ""))
+    family = TF_RUNTIME if runtime.startswith(TF_RUNTIME) else TORCH_RUNTIME
+    grace = re.fullmatch(rf"{re.escape(family)}-grace(\d+)(-[0-9a-z]+)?", runtime, re.ASCII)
+    deps = next((str(e.get("value", "")) for e in trainer.get("env") or [] if e.get("name") == DEPS_TIMEOUT_ENV), "")
+    return {"priority": str((meta.get("labels") or {}).get(PRIORITY_LABEL) or ""), "ttl": str((meta.get("annotations") or {}).get(TTL_ANNOTATION) or ""),
+            "grace_seconds": grace.group(1) if grace else "", "deps_timeout": "" if deps == str(DEFAULT_DEPS_TIMEOUT_S) else deps}
+
+
 def clone_form(found: dict[str, Any]) -> dict[str, Any]:
     """The form of a job as it was submitted (``found``: a backend's ``submitted_form``): resubmitted
     unchanged, it builds the same TrainJob and ConfigMap (but the job's name, left empty)."""
@@ -170,7 +225,8 @@ def clone_form(found: dict[str, Any]) -> dict[str, Any]:
         "gpu_per_node": (resources.get("limits") or {}).get("nvidia.com/gpu", ""), "cpu_per_node": _whole((resources.get("requests") or {}).get("cpu")),
         "memory_per_node": _gib((resources.get("requests") or {}).get("memory")), "instance_type": objects.instance_type_of(tj) or "", "image": trainer.get("image") or "", "name": "",
         "command": shlex.join(command) if command else "", "code_source": "paste", "training_code": boxes.get(TRAIN_PY, ""), "requirements": boxes.get(REQUIREMENTS_FILE, ""),
-        "carried": encode_carried(files), "keep_carried": "1", "env": env, "secret_env": secret_env, "notes": notes,
+        "carried": encode_carried(files), "keep_carried": "1", "env": env, "secret_env": secret_env, "notes": notes, "image_choice": "custom" if trainer.get("image") else "builtin",
+        **options_of(tj),
     }
 
 
@@ -220,8 +276,12 @@ def submission(form: Mapping[str, str], uploads: list[Part], namespace: str, *, 
     problems = _from_trainctl(lines + more)
     parts, code_problems = code_parts(form, uploads)
     image = form.get("image") if form.get("image_choice") == "custom" else None
+    ttl, ttl_lines = objects.ttl_flag((form.get("ttl") or "").strip() or None)  # trainctl's --ttl: 2h, 1h30m or seconds
+    problems += _from_trainctl(ttl_lines)
     spec = JobSpec(namespace=namespace, framework=form.get("framework", ""), num_nodes=form.get("num_nodes"), gpu_per_node=gpus, cpu_per_node=cpus, memory_per_node=memory,
-                   command=form.get("command") or "python train.py", name=form.get("name") or None, image=image or None, instance_type=itype, env=env, secret_env=secret_env)
+                   command=form.get("command") or "python train.py", name=form.get("name") or None, image=image or None, instance_type=itype, env=env, secret_env=secret_env,
+                   ttl_seconds=ttl, priority=(form.get("priority") or "").strip() or None, grace_seconds=(form.get("grace_seconds") or "").strip() or None,
+                   deps_timeout=(form.get("deps_timeout") or "").strip() or None)
     try:
         request_of(spec, None, local=local)
     except Problems as err:

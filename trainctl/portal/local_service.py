@@ -173,6 +173,10 @@ class LocalPortal:
             "running": [{"job": r["trainjob_name"], "gpus": r["gpus"] or 0, "since": r["created_at"]} for r in running],
         }
 
+    def platform_facts(self, caller: Caller, namespace: str) -> dict[str, Any] | None:  # noqa: ARG002
+        """None: the jobs run on this machine (no pools, no queue)."""
+        return None
+
     def submitted_form(self, caller: Caller, namespace: str, name: str) -> dict[str, Any]:  # noqa: ARG002
         """What the job was submitted with (the form's Clone & edit): its objects.yaml's TrainJob and
         code ConfigMap (as the cluster's portal answers: trainctl/portal/service.py)."""

@@ -93,10 +93,15 @@ async def cancel(request: Request, name: str):
     return RedirectResponse(f"/?cancelled={name}", status_code=303)
 
 
-def _form_page(request: Request, caller: Caller, ns: str, form: dict[str, Any], *, problems: list[dict[str, str]] | None = None, clone: str | None = None, status: int = 200) -> HTMLResponse:
-    return _page(request, "submit.html", caller, ns, status=status, form=form, presets=form_logic.PRESETS, frameworks=form_logic.framework_choices(), clone=clone,
-                 problems=form_logic.problem_view(list(problems or [])), carried=form_logic.carried_list(form.get("carried", "")),
-                 local=bool(request.app.state.portal.local))
+def _form_page(request: Request, caller: Caller, ns: str, form: dict[str, Any], *, problems: list[dict[str, str]] | None = None, clone: str | None = None, status: int = 200,
+               new: bool = False) -> HTMLResponse:
+    local = bool(request.app.state.portal.local)
+    facts = request.app.state.portal.platform_facts(caller, ns)  # the choices the cluster runs (its pools, its priorities)
+    presets = form_logic.preset_choices(facts, local=local)
+    form = form_logic.with_offered(form, presets) if new else form
+    return _page(request, "submit.html", caller, ns, status=status, form=form, presets=presets, frameworks=form_logic.framework_choices(), clone=clone,
+                 problems=form_logic.problem_view(list(problems or [])), carried=form_logic.carried_list(form.get("carried", "")), local=local,
+                 priorities=form_logic.priority_choices(facts, local=local), default_priority=(facts or {}).get("defaultPriority"))
 
 
 @router.get("/submit", response_class=HTMLResponse)
@@ -104,7 +109,7 @@ def submit_page(request: Request):
     caller, ns = _who(request)
     clone = request.query_params.get("clone")
     form = form_logic.clone_form(request.app.state.portal.submitted_form(caller, ns, clone)) if clone else form_logic.blank()
-    return _form_page(request, caller, ns, form, clone=clone)
+    return _form_page(request, caller, ns, form, clone=clone, new=not clone)
 
 
 @router.post("/submit", response_class=HTMLResponse)

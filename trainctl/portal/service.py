@@ -220,6 +220,15 @@ class Portal:
             return {"trainjob": tj, "configmap": None, "code_problem": f"its code ConfigMap {cm} could not be read ({why})"}
         return {"trainjob": tj, "configmap": {"data": dict(found.data or {}), "binaryData": dict(found.binary_data or {})}, "code_problem": None}
 
+    def platform_facts(self, caller: Caller, namespace: str) -> dict[str, Any] | None:
+        """The cluster's published facts as the caller reads them (the form's choices: its pools, its
+        priorities), or None where there are none or they cannot be read (the form then offers what
+        trainctl would, and the submission is judged on them all the same)."""
+        try:
+            return self.kube(caller, namespace).platform_facts()
+        except ClusterError:
+            return None
+
     def log_tail(self, caller: Caller, namespace: str, name: str, worker: int, tail: int) -> tuple[int, dict[str, Any]]:
         """(HTTP status, body): the last ``tail`` lines of worker N's pod; 410 when a finished job's pods are gone."""
         from trainctl.portal.logs import GONE

@@ -34,7 +34,7 @@ MPI_REASON = "this platform has no MPI runtime (its runtimes start programs with
 # trainctl's flags -> the request fields the portal names in its problems
 FIELDS = {"--nodes": "config.num_nodes", "--gpus-per-node": "config.gpu_per_node", "--instance-type": "config.instance_type", "--image": "image", "--name": "name",
           "--namespace": "namespace", "--env": "env", "--secret-env": "secret_env", "--grace-seconds": "config.grace_seconds", "--priority": "priority",
-          "--ttl": "ttl_seconds_after_finished"}
+          "--ttl": "ttl_seconds_after_finished", "--deps-timeout": "deps_timeout"}
 
 
 class Problems(ValueError):
@@ -78,6 +78,9 @@ class JobSpec:
     env: tuple[tuple[str, str], ...] = ()  # the job's variables (config/job_env.py rules, as trainctl's --env)
     secret_env: tuple[tuple[str, str], ...] = ()  # NAME, SECRET/KEY (--secret-env)
     ttl_seconds: Any = None  # delete the job this long after it finishes (--ttl); None: the platform's retention
+    priority: Any = None  # Kueue priority (--priority: low, normal, high); None: the team's default
+    grace_seconds: Any = None  # SIGTERM to SIGKILL, a runtime variant's (--grace-seconds); None: the runtime's
+    deps_timeout: Any = None  # seconds for installing requirements.txt (--deps-timeout); None: the platform's default
     replace_finished: bool = True  # a finished job of the name is replaced (a resubmit); False for a name made for the request
 
 
@@ -183,6 +186,13 @@ def request_of(spec: JobSpec, facts: dict | None, *, local: bool = False) -> obj
     cpus = _quantity("config.cpu_per_node", spec.cpu_per_node, problems, unit=1, lo=1, hi=max(i.vcpu for i in catalog.catalog().values()))
     memory = _quantity("config.memory_per_node", spec.memory_per_node, problems, unit=2**30, lo=1, hi=max(i.memory_gib for i in catalog.catalog().values()))
     ttl = _int("ttl_seconds_after_finished", spec.ttl_seconds, problems, lo=0, hi=10**9, required=False)
+    # parsed here, judged by trainctl's rules below (objects.problems: the stack's bounds, the priorities)
+    grace = _int("config.grace_seconds", spec.grace_seconds, problems, lo=-(10**9), hi=10**9, required=False)
+    deps_timeout = _int("deps_timeout", spec.deps_timeout, problems, lo=-(10**9), hi=10**9, required=False)
+    priority = spec.priority or None
+    if priority is not None and not isinstance(priority, str):
+        problems.append(_problem("priority", "allowed: a priority's name"))
+        priority = None
     if ttl is not None and local:
         problems.append(_problem("ttl_seconds_after_finished", "not in local mode (a local job stays until it is deleted)"))
     try:
@@ -205,7 +215,8 @@ def request_of(spec: JobSpec, facts: dict | None, *, local: bool = False) -> obj
         else:
             itype = found
     req = objects.Request(namespace=str(spec.namespace), nodes=nodes or 1, command=command, runtime=runtime or "torch", gpus_per_node=gpus, instance_type=itype, image=spec.image or None, name=spec.name or None,
-                              env=tuple(spec.env), secret_env=tuple(spec.secret_env), local=local, ttl_seconds=ttl)
+                              env=tuple(spec.env), secret_env=tuple(spec.secret_env), local=local, ttl_seconds=ttl,
+                              priority=priority, grace_seconds=grace, deps_timeout=deps_timeout)
     problems += [p for p in _from_trainctl(objects.problems(req)) if not any(q["field"] == p["field"] for q in problems)]
     if problems:
         raise Problems(problems)

@@ -1,19 +1,23 @@
 // The submit form (templates/submit.html; no build step). Without it the form works as plain HTML;
 // with it: the error summary takes the focus, the code source and the resource and image choices
-// enable only the fields they use (a disabled field is not sent), and choosing files selects "Upload".
+// hide the fields they do not use, and choosing files selects "Upload". A hidden field is still
+// posted (the server chooses by code_source, preset and image_choice), so a refused post keeps
+// every value; only the file input is disabled with "Paste" (a page never keeps chosen files).
 (function () {
   var form = document.getElementById("submit-form");
   if (!form) return;
   var summary = document.getElementById("problems-summary");
   if (summary) {
     summary.focus();
-    // a link of the summary puts the focus on its field, not only the view
+    // a link of the summary puts the focus on its field, not only the view (shown first if hidden)
     summary.addEventListener("click", function (e) {
       var a = e.target.closest ? e.target.closest("a[href^='#']") : null;
       var field = a ? document.getElementById(a.getAttribute("href").slice(1)) : null;
       if (field) {
         e.preventDefault();
-        if (field.disabled) { var box = field.closest("fieldset:disabled"); if (box) box.disabled = false; }
+        for (var box = field.closest("[hidden]"); box; box = field.closest("[hidden]")) box.hidden = false;
+        var details = field.closest("details");
+        if (details) details.open = true;
         field.focus();
         field.scrollIntoView({ block: "center" });
       }
@@ -23,16 +27,21 @@
     var c = form.querySelector("input[name=" + name + "]:checked");
     return c ? c.value : "";
   }
-  function enable(id, on) {
+  function show(id, on) {
     var el = document.getElementById(id);
-    if (el) el.disabled = !on;
+    if (el) {
+      el.hidden = !on;
+      el.setAttribute("aria-hidden", on ? "false" : "true");
+    }
   }
   function update() {
     var upload = checked("code_source") === "upload";
-    enable("paste-section", !upload);
-    enable("upload-section", upload);
-    enable("custom-resources", checked("preset") === "custom");
-    enable("image", checked("image_choice") === "custom");
+    show("paste-section", !upload);
+    show("upload-section", upload);
+    var files = document.getElementById("files");
+    if (files) files.disabled = !upload;
+    show("custom-resources", checked("preset") === "custom");
+    show("image-field", checked("image_choice") === "custom");
   }
   form.addEventListener("change", function (e) {
     if (e.target && e.target.id === "files" && e.target.files && e.target.files.length) {
