@@ -25,6 +25,7 @@ from unittest import mock
 
 import pytest
 
+from tests.browser import free_port
 from tests.test_layout import DATA_ONLY, PULUMI
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -276,14 +277,6 @@ dist.destroy_process_group()
 """
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _get(url: str) -> tuple[int, dict]:
     with urllib.request.urlopen(url, timeout=10) as r:
         return r.status, json.loads(r.read())
@@ -311,7 +304,7 @@ def test_the_installed_trainctl_runs_a_local_job_with_the_environments_torch_and
     assert report["phase"] == "Complete" and report.get("restarts", 0) <= 1, (report, logs[-3000:])
     assert "rank 0 of 2: sum 3" in logs and "rank 1 of 2: sum 3" in logs, logs[-3000:]
 
-    port = _free_port()
+    port = free_port()
     ui = subprocess.Popen([str(installed.venv / "bin/trainctl"), "ui", "--local", "--port", str(port)], cwd=installed.run_dir, env=installed.env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

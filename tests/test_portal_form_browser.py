@@ -9,59 +9,34 @@ Screenshots go to out/portal-screenshots/. Needs /usr/bin/chromium (.ci/run inst
 
 from __future__ import annotations
 
-import pathlib
-import shutil
-import socket
-import threading
 import time
 
 import pytest
-import uvicorn
 import yaml
 
+from tests.browser import SHOTS, chromium, free_port, serving
 from trainctl import local
 from trainctl.ui import build_local
 
-CHROMIUM = "/usr/bin/chromium"
-SHOTS = pathlib.Path(__file__).resolve().parents[1] / "out" / "portal-screenshots"
 pytestmark = pytest.mark.slow  # runs training processes (the emulator) and a browser
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(local.HOME_ENV, str(tmp_path_factory.mktemp("trainctl-state")))
-        port = _free_port()
-        app, url = build_local(port)
-        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        deadline = time.monotonic() + 20
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.1)
-        yield url.rstrip("/")
-        server.should_exit = True
-        thread.join(timeout=10)
+        port = free_port()
+        app, _ = build_local(port)
+        with serving(app, port) as url:
+            yield url
         for job in local.jobs():  # nothing this module started keeps running
             local.delete(job["name"])
 
 
 @pytest.fixture(scope="module")
 def browser():
-    assert shutil.which(CHROMIUM) or pathlib.Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does)"
-    from playwright.sync_api import sync_playwright
-
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+    with chromium() as b:
         yield b
-        b.close()
 
 
 def _objects(name: str) -> tuple[dict, dict]:

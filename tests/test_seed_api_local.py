@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,14 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.browser import free_port
 from tests.seed_guide import GUIDE_CREATE, TIMESTAMP_NAME
 from trainctl import local
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _call(method: str, url: str, body: bytes | None = None) -> tuple[int, dict]:
@@ -43,7 +37,7 @@ def _call(method: str, url: str, body: bytes | None = None) -> tuple[int, dict]:
 @pytest.fixture
 def served(tmp_path):
     """``trainctl ui --local --port P`` from this environment's installed entry point."""
-    port = _port()
+    port = free_port()
     env = {**os.environ, local.HOME_ENV: str(tmp_path / "state")}
     trainctl = Path(sys.executable).with_name("trainctl")
     proc = subprocess.Popen([str(trainctl), "ui", "--local", "--port", str(port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)

@@ -7,54 +7,28 @@ messages. Screenshots of each page go to out/portal-screenshots/. Needs /usr/bin
 
 from __future__ import annotations
 
-import pathlib
-import shutil
-import socket
-import threading
 import time
 
 import pytest
-import uvicorn
 
+from tests.browser import SHOTS, chromium, free_port, serving  # noqa: F401  (SHOTS, free_port: the other browser tests take them from here too)
 from tests.e2e.portal_helpers import INSTANCE, STACK, alb_header, alb_keys, portal_configuration, portal_stack, rendered_settings
 from trainctl.portal.app import create_app
-
-CHROMIUM = "/usr/bin/chromium"
-SHOTS = pathlib.Path(__file__).resolve().parents[2] / "out" / "portal-screenshots"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def served(clusters):
     up = clusters.get(STACK, instance=INSTANCE, stack_config=portal_stack())
     app = create_app(portal_configuration(up), rendered_settings(up), alb_keys=alb_keys)
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.1)
-    yield up, f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serving(app) as url:
+        yield up, url
     clusters.release(STACK, INSTANCE)
 
 
 @pytest.fixture(scope="module")
 def browser():
-    assert shutil.which(CHROMIUM) or pathlib.Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does)"
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+    with chromium() as b:
         yield b
-        b.close()
 
 
 def _page(browser, up, team: str, user: str):

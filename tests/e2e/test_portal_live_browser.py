@@ -7,15 +7,13 @@ fails, saying so."""
 
 from __future__ import annotations
 
-import threading
 import time
 import xml.etree.ElementTree as ET
 
 import httpx
 import pytest
-import uvicorn
 
-from tests.e2e.test_portal_browser import SHOTS, _free_port
+from tests.browser import SHOTS, free_port, serving
 from tests.e2e.test_portal_browser import browser as browser  # noqa: F401, PLC0414  (the module's chromium fixture, shared)
 from trainctl import local
 from trainctl.portal.app import Settings
@@ -36,18 +34,11 @@ def served(tmp_path_factory):
 
     mp = pytest.MonkeyPatch()
     mp.setenv(local.HOME_ENV, str(tmp_path_factory.mktemp("live") / "state"))
-    port = _free_port()
-    app, url = build_local(port)
+    port = free_port()
+    app, _ = build_local(port)
     app.state.settings = Settings(mode="local", local_caller=local_caller(), allowed_hosts=app.state.settings.allowed_hosts, poll_s=0.5)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.1)
-    yield url.rstrip("/")
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serving(app, port) as url:
+        yield url
     for job in local.jobs():
         local.delete(job["name"])
     mp.undo()
