@@ -150,6 +150,18 @@
       }
     };
 
+    // the job is deleted (by this page's Cancel: the API's answer says so; or elsewhere: its
+    // stream found it gone): said as its state, every stream of it stopped
+    var deleted = function (message) {
+      ended();
+      if (stateStream) stateStream.stop();
+      stateStream = null;
+      if (logStream) logStream.stop();
+      logStream = null;
+      announce("Job " + job + " is gone: " + message + ".");
+      setText("state", "Deleted"); byId("state").className = stateClass("deleted"); byId("message").textContent = message;
+    };
+
     var ended = function () {
       page.dataset.finished = "true";
       var form = byId("cancel-form");
@@ -177,13 +189,7 @@
       end: function (end) {
         stateStream = null;
         if (end.reason === "finished") { ended(); refreshChart(); }
-        else if (end.reason === "gone") {
-          ended();
-          if (logStream) logStream.stop();
-          logStream = null;
-          announce("Job " + job + " is gone: " + end.message + ".");
-          setText("state", "Deleted"); byId("state").className = stateClass("deleted"); byId("message").textContent = end.message;
-        }
+        else if (end.reason === "gone") deleted(end.message);
       },
     }, pausedIn("live-status"));
 
@@ -201,7 +207,7 @@
         byId("cancel-status").textContent = "Cancelling...";
         fetch(base + "?" + query({ namespace: namespace }), { method: "DELETE", credentials: "same-origin", headers: headers }).then(function (r) {
           return r.json().catch(function () { return {}; }).then(function (body) {
-            if (r.ok) { byId("cancel-status").textContent = "Cancelled: the job is being deleted."; announce("Job " + job + " cancelled."); return; }
+            if (r.ok) { deleted("cancelled: the job and its pods are deleted"); return; }
             var why = body.detail || (body.problems ? body.problems.map(function (p) { return p.problem; }).join("; ") : "HTTP " + r.status);
             throw new Error(typeof why === "string" ? why : JSON.stringify(why));
           });
