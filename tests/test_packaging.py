@@ -21,7 +21,6 @@ import time
 import tomllib
 import urllib.request
 import zipfile
-from unittest import mock
 
 import pytest
 
@@ -36,16 +35,18 @@ NS = "trainctl._platform"
 USER_CONFIG = "raise SystemExit('the project\'s own config.py was imported by trainctl')\n"
 
 
-def setup_module_namespace() -> dict:
-    """setup.py's functions (its setup() call made a no-op)."""
-    import runpy
-
-    with mock.patch("setuptools.setup"):
-        return runpy.run_path(str(ROOT / "setup.py"))
+def rewritten(*sources: str) -> list[str]:
+    """setup.py's ``rewrite_imports`` of each source, run in a fresh interpreter: setuptools' distutils
+    shim refuses a process that has loaded the standard library's distutils already, as other tests
+    in this one may have (its ``setup()`` call made a no-op)."""
+    code = ("import json, runpy, sys\nfrom unittest import mock\nwith mock.patch('setuptools.setup'):\n    ns = runpy.run_path(sys.argv[1])\n"
+            "print(json.dumps([ns['rewrite_imports'](s) for s in json.load(sys.stdin)]))")
+    proc = subprocess.run([sys.executable, "-c", code, str(ROOT / "setup.py")], input=json.dumps(sources), capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
 
 
 def test_setup_rewrites_the_imports_of_our_packages_and_nothing_else():
-    rewrite = setup_module_namespace()["rewrite_imports"]
     source = (
         "import os, versions\n"
         "import config.settings\n"
@@ -57,7 +58,7 @@ def test_setup_rewrites_the_imports_of_our_packages_and_nothing_else():
         "import toolsx\n"
         "def f():\n    from workloads.builders import trainjobs\n    return 'config.settings', trainjobs\n"
     )
-    out = rewrite(source)
+    [out] = rewritten(source)
     assert out.splitlines() == [
         "import os; from trainctl._platform import versions",
         "import trainctl._platform.config.settings; from trainctl._platform import config",
@@ -69,7 +70,7 @@ def test_setup_rewrites_the_imports_of_our_packages_and_nothing_else():
         "import toolsx",
         "def f():", "    from trainctl._platform.workloads.builders import trainjobs", "    return 'config.settings', trainjobs",
     ]
-    assert rewrite(out) == out  # idempotent: a rebuild over an earlier build's files changes nothing
+    assert rewritten(out) == [out]  # idempotent: a rebuild over an earlier build's files changes nothing
 
 
 def pins(lines: list[str]) -> dict[str, str]:
