@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 
 from tests.browser import free_port
+
+pytestmark = pytest.mark.slow  # a trainctl ui --local server of its own, jobs run by the emulator
 from tests.seed_guide import GUIDE_CREATE, TIMESTAMP_NAME
 from trainctl import local
 
@@ -59,7 +61,6 @@ def served(tmp_path):
         proc.wait()
 
 
-@pytest.mark.slow
 def test_the_guides_four_calls_run_a_job_to_complete_read_its_log_and_delete_it(served):
     before = datetime.now(UTC).replace(microsecond=0)
     code, created = _call("POST", f"{served}/api/trainjob/create", GUIDE_CREATE)
