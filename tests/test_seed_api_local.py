@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 from tests.browser import free_port
-
-pytestmark = pytest.mark.slow  # a trainctl ui --local server of its own, jobs run by the emulator
 from tests.seed_guide import GUIDE_CREATE, TIMESTAMP_NAME
 from trainctl import local
+
+pytestmark = pytest.mark.slow  # a trainctl ui --local server of its own, jobs run by the emulator
 
 
 def _call(method: str, url: str, body: bytes | None = None) -> tuple[int, dict]:
