@@ -5,8 +5,6 @@ cleanup CronJob (tests/test_observability.py); checkpoints are never touched by 
 
 from __future__ import annotations
 
-import pathlib
-
 import pytest
 
 from config.schema import ConfigError
@@ -14,14 +12,6 @@ from config.settings import load_settings
 from trainctl import cli, code, objects
 from trainctl.portal.submission import JobSpec, Problems, request_of
 from workloads.builders import trainjobs as tj
-
-
-@pytest.fixture
-def proj(tmp_path) -> pathlib.Path:
-    d = tmp_path / "proj"
-    d.mkdir()
-    (d / "train.py").write_text("print('hi')\n")
-    return d
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("2h", 7200), ("1h30m", 5400), ("45s", 45), ("86400", 86400), ("0", 0)])
